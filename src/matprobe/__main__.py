@@ -1,0 +1,3 @@
+from matprobe.cli import main
+
+raise SystemExit(main())

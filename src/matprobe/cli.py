@@ -1,0 +1,312 @@
+"""The ``matprobe`` command.
+
+Each subcommand is a small function over the library; this module only parses
+options, picks the output form and turns user errors into one line on stderr
+and exit status 2 (never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn, TextIO
+
+from matprobe import __version__
+from matprobe.analysis import AnalyzeOptions, analyze, render_text, to_json
+from matprobe.errors import MatprobeError
+from matprobe.jsonl import scan
+from matprobe.spec import DTYPES, MatmulSpec
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line that points at --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _warn(message: str) -> None:
+    print(f"matprobe: warning: {message}", file=sys.stderr)
+
+
+def _emit_json(data: Any, out: TextIO) -> None:
+    json.dump(data, out, indent=2)
+    out.write("\n")
+
+
+# ---- analyze -------------------------------------------------------------------
+
+
+def cmd_analyze(args: argparse.Namespace, out: TextIO) -> int:
+    options = AnalyzeOptions(
+        top=args.top,
+        kernel_top=args.kernel_top,
+        include_kernel_totals=args.include_kernel_totals,
+        kernel_filter=args.kernel_filter,
+    )
+    result = analyze(scan(args.profile), options)
+    if args.json:
+        _emit_json(to_json(result, options), out)
+    else:
+        out.write(render_text(result))
+    if result.problems.total:
+        _warn(f"{result.problems.total} problem lines in {args.profile} (listed at the end)")
+    return 0
+
+
+# ---- shapes --------------------------------------------------------------------
+
+
+def _fmt_ms(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _fmt_bytes(spec: MatmulSpec) -> str:
+    if not spec.is_complete or spec.dtype is None:
+        return "?"
+    return f"{spec.min_bytes() / 1e6:.3f}"
+
+
+def _fmt_flops(spec: MatmulSpec) -> str:
+    return f"{spec.flops() / 1e6:.3f}" if spec.is_complete else "?"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _matches_op(spec: MatmulSpec, ops: Sequence[str] | None) -> bool:
+    return not ops or spec.op in ops or spec.kind in ops
+
+
+def _shapes_from_model(args: argparse.Namespace, out: TextIO) -> int:
+    from matprobe.models import MODELS, decode_specs, get_model
+
+    if args.model == "list":
+        rows = [
+            [name, str(c.hidden), str(c.intermediate), f"{c.heads}/{c.kv_heads}",
+             str(c.head_dim), str(c.vocab), str(c.layers), "yes" if c.qkv_bias else "no"]
+            for name, c in MODELS.items()
+        ]
+        headers = ["model", "hidden", "inter", "heads/kv", "head_dim", "vocab", "layers",
+                   "qkv bias"]
+        out.write(_table(headers, rows, right={1, 2, 3, 4, 5, 6}) + "\n")
+        return 0
+    config = get_model(args.model)
+    shapes = decode_specs(
+        config,
+        context=args.context,
+        dtype=args.dtype or "f16",
+        fuse_qkv=not args.no_fuse_qkv,
+        fuse_gate_up=not args.no_fuse_gate_up,
+    )
+    shapes = [s for s in shapes if s.count >= args.min_count and _matches_op(s.spec, args.op)]
+    # No times in a config: order by bytes moved per token, what decode time follows.
+    shapes.sort(key=lambda s: -s.count * s.spec.min_bytes())
+    if args.json:
+        _emit_json(
+            {
+                "source": f"model:{config.name}",
+                "context": args.context,
+                "specs": [{"role": s.role, "count": s.count, **s.spec.to_dict()} for s in shapes],
+            },
+            out,
+        )
+        return 0
+    rows = [
+        [s.role, str(s.count), _fmt_flops(s.spec), _fmt_bytes(s.spec),
+         f"{s.count * s.spec.min_bytes() / 1e6:.2f}", s.spec.key()]
+        for s in shapes
+    ]
+    total_mb = sum(s.count * s.spec.min_bytes() for s in shapes) / 1e6
+    out.write(
+        f"{config.name}: one decode token at context {args.context}, "
+        f"dtype {args.dtype or 'f16'} ({len(shapes)} shapes, {total_mb:.1f} MB moved per token)\n"
+    )
+    headers = ["role", "count", "MFLOP", "min MB", "MB/token", "shape"]
+    out.write(_table(headers, rows, right={1, 2, 3, 4}) + "\n")
+    return 0
+
+
+def cmd_shapes(args: argparse.Namespace, out: TextIO) -> int:
+    if args.model is not None:
+        if args.profile is not None:
+            raise MatprobeError("give a PROFILE or --model, not both")
+        return _shapes_from_model(args, out)
+    from matprobe.profiles import load_specs
+
+    loaded = load_specs(args.profile, default_dtype=args.dtype)
+    for warning in loaded.warnings:
+        _warn(warning)
+    specs = [
+        s
+        for s in loaded.specs
+        if (s.provenance.count if s.provenance else 0) >= args.min_count
+        and _matches_op(s, args.op)
+    ]
+    if args.json:
+        _emit_json({"source": loaded.source, "specs": [s.to_dict() for s in specs]}, out)
+        return 0
+    rows = []
+    for spec in specs:
+        prov = spec.provenance
+        backends = ",".join(t.backend for t in prov.backends) if prov else "?"
+        rows.append(
+            [
+                _fmt_ms(prov.total_ms) if prov else "?",
+                str(prov.count) if prov else "?",
+                _fmt_ms(prov.avg_ms) if prov else "?",
+                backends,
+                _fmt_flops(spec),
+                _fmt_bytes(spec),
+                spec.key(),
+            ]
+        )
+    total_ms = sum(s.provenance.total_ms for s in specs if s.provenance)
+    out.write(f"{loaded.source}: {len(specs)} matmul shapes, {total_ms:.2f} ms in production\n")
+    headers = ["total ms", "count", "avg ms", "backend", "MFLOP", "min MB", "shape"]
+    out.write(_table(headers, rows, right={0, 1, 2, 4, 5}) + "\n")
+    return 0
+
+
+# ---- synth-profile ----------------------------------------------------------------
+
+
+def cmd_synth_profile(args: argparse.Namespace, out: TextIO) -> int:
+    from matprobe.synth import write_profile
+
+    try:
+        written = write_profile(args.out, events=args.events, seed=args.seed, broken=args.broken)
+    except OSError as exc:
+        raise MatprobeError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+    out.write(f"wrote {written} events to {args.out}\n")
+    return 0
+
+
+# ---- wiring ------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="matprobe",
+        description="A lab for the matmul kernels of LLM decode: read profiles, "
+        "list the hot matmul shapes, probe kernels on them.",
+    )
+    parser.add_argument("--version", action="version", version=f"matprobe {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser(
+        "analyze",
+        help="summarize a profiling JSONL file (per op, backend, kernel and matmul shape)",
+        description="Stream a metallic profiling JSONL file and print the analyzer's "
+        "sections: event types, backend selection, internal kernels, GPU kernels, matmul "
+        "backends and shapes, waits, command buffers, sync. Unreadable lines are counted "
+        "and reported at the end.",
+    )
+    p.add_argument("profile", metavar="PROFILE", help="JSONL profile (may be gzip-compressed)")
+    p.add_argument("--top", type=_non_negative, default=20,
+                   help="rows per section (default 20; 0 = all)")
+    p.add_argument("--kernel-top", type=_non_negative, default=50,
+                   help="rows of the kernel aggregate view (default 50; 0 = all)")
+    p.add_argument("--include-kernel-totals", action="store_true",
+                   help="include *_total and cb_wait synthetic kernels in the kernel aggregate")
+    p.add_argument("--kernel-filter", default="", metavar="TEXT",
+                   help="keep kernels, backends and shapes whose name contains TEXT "
+                   "(case-insensitive)")
+    p.add_argument("--json", action="store_true", help="print the same figures as JSON")
+    p.set_defaults(func=cmd_analyze)
+
+    p = sub.add_parser(
+        "shapes",
+        help="list the matmul shapes of a profile or of a model's decode step",
+        description="The matmul specs of a profile (JSONL or analyzer text summary) sorted by "
+        "production time, or of one decode step of a named model (--model). With neither, "
+        "the built-in Qwen2.5-0.5B decode profile.",
+    )
+    p.add_argument("profile", metavar="PROFILE", nargs="?",
+                   help="JSONL profile or text summary (default: the built-in profile)")
+    p.add_argument("--model", metavar="NAME",
+                   help="derive shapes from a model config instead ('list' names them)")
+    p.add_argument("--context", type=_positive, default=128, metavar="L",
+                   help="attention context length for --model (default 128)")
+    p.add_argument("--dtype", choices=DTYPES,
+                   help="weight format: for --model (default f16), or filling in a "
+                   "profile's unknown dtype")
+    p.add_argument("--no-fuse-qkv", action="store_true",
+                   help="--model: separate Q, K, V projections")
+    p.add_argument("--no-fuse-gate-up", action="store_true",
+                   help="--model: separate gate and up projections")
+    p.add_argument("--min-count", type=_non_negative, default=0, metavar="N",
+                   help="only shapes called at least N times")
+    p.add_argument("--op", action="append", metavar="OP",
+                   help="only this op (repeatable; matmul_alpha_beta also matches its _cache "
+                   "form)")
+    p.add_argument("--json", action="store_true", help="print specs as JSON")
+    p.set_defaults(func=cmd_shapes)
+
+    p = sub.add_parser(
+        "synth-profile",
+        help="write a synthetic metallic JSONL profile (for tests and benchmarks)",
+        description="Write a deterministic, realistic Qwen2.5-0.5B-like decode profile.",
+    )
+    p.add_argument("out", metavar="OUT", help="file to write")
+    p.add_argument("--events", type=_positive, default=100_000, help="events (default 100000)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--broken", action="store_true",
+                   help="sprinkle malformed lines, as a damaged log would have")
+    p.set_defaults(func=cmd_synth_profile)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    stream = out if out is not None else sys.stdout
+    try:
+        code: int = args.func(args, stream)
+        stream.flush()
+        return code
+    except MatprobeError as exc:
+        print(f"matprobe: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("matprobe: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `matprobe analyze big.jsonl | head`: the reader left; not an error.
+        sys.stderr.close()
+        return 0

@@ -1,0 +1,102 @@
+"""Turn a profile — JSONL events or an analyzer text summary — into matmul specs.
+
+Both forms end up as :class:`MatmulSpec` objects whose provenance carries the
+production backends' timings, so everything downstream (the shapes table, the
+harness, impact estimates) works the same whatever the input was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from matprobe.errors import ProfileError, SpecError
+from matprobe.jsonl import ProfileScan, open_text, scan
+from matprobe.spec import BackendTiming, MatmulSpec, Provenance, merge_specs
+from matprobe.stats import Stats
+from matprobe.textsummary import read_summary
+
+BUILTIN_NAME = "qwen2.5-0.5b-decode"
+#: The built-in profile was recorded with fp16 weights (metallic on an M1).
+BUILTIN_DTYPE = "f16"
+
+
+def builtin_profile_path() -> Path:
+    """The Qwen2.5-0.5B decode profile shipped as package data."""
+    ref = resources.files("matprobe") / "data" / f"{BUILTIN_NAME}.txt"
+    return Path(str(ref))
+
+
+@dataclass
+class LoadedSpecs:
+    """Specs of one profile, largest production time first, with read warnings."""
+
+    source: str
+    specs: list[MatmulSpec]
+    warnings: list[str] = field(default_factory=list)
+
+
+def detect_format(path: str | Path) -> str:
+    """``"jsonl"`` when the first non-blank line is a JSON object, else ``"text"``."""
+    with open_text(path) as handle:
+        try:
+            for line in handle:
+                if line.strip():
+                    return "jsonl" if line.lstrip().startswith("{") else "text"
+        except (OSError, EOFError) as exc:
+            raise ProfileError(f"cannot read {path}: {exc}") from None
+    raise ProfileError(f"{path} is empty")
+
+
+def specs_from_scan(result: ProfileScan) -> tuple[list[MatmulSpec], list[str]]:
+    """One spec per shape key of a JSONL scan, with per-backend timings."""
+    specs: list[MatmulSpec] = []
+    warnings: list[str] = []
+    source = Path(result.path).name
+    for key, backends in result.matmul_shapes.items():
+        try:
+            spec = MatmulSpec.parse(key)
+        except SpecError as exc:
+            warnings.append(f"shape {key!r} skipped: {exc}")
+            continue
+        timings = tuple(
+            BackendTiming(backend, Stats.from_us(samples)) for backend, samples in backends.items()
+        )
+        specs.append(spec.with_provenance(Provenance(backends=timings, source=source)))
+    return specs, warnings
+
+
+def _by_total_time(spec: MatmulSpec) -> tuple[float, str]:
+    prov = spec.provenance
+    return (-(prov.total_ms if prov else 0.0), spec.key())
+
+
+def load_specs(path: str | Path | None = None, default_dtype: str | None = None) -> LoadedSpecs:
+    """Read the matmul specs of a profile (the built-in one when ``path`` is None).
+
+    ``default_dtype`` fills in the dtype of specs whose profile does not say.
+    """
+    source = None
+    if path is None:
+        path = builtin_profile_path()
+        source = f"built-in profile {BUILTIN_NAME}"
+        default_dtype = default_dtype or BUILTIN_DTYPE
+    path = Path(path)
+    warnings: list[str] = []
+    if detect_format(path) == "jsonl":
+        result = scan(path)
+        specs, warnings = specs_from_scan(result)
+        if result.problems.total:
+            warnings.append(
+                f"{path.name}: {result.problems.total} lines skipped as unreadable "
+                f"(`matprobe analyze {path}` lists them)"
+            )
+    else:
+        read = read_summary(path)
+        specs = read.specs
+        warnings = [f"{path.name}: {w}" for w in read.warnings]
+    if default_dtype is not None:
+        specs = [s if s.dtype else s.with_dtype(default_dtype) for s in specs]
+    specs = sorted(merge_specs(specs), key=_by_total_time)
+    return LoadedSpecs(source=source or str(path), specs=specs, warnings=warnings)

@@ -1,0 +1,464 @@
+"""The matmul shape spec: what one profiled matmul call computes.
+
+A :class:`MatmulSpec` is immutable and hashable. Its identity is the shape and
+semantics (op, dims, layouts, epilogue, dtype, fused parts); where it came from
+(call counts, production timings, the source file) rides along in
+:class:`Provenance` and takes no part in equality, so the same shape read from
+two profiles compares equal.
+
+The canonical text key is the profile's own form
+(``op=matmul | batch=1 | m=1 | n=896 | k=896 | tA=0 | tB=1``): the seven base
+keys always, ``?`` where a value is unknown, then every other key that is set,
+sorted by name — exactly how metallic's ``analyze_jsonl.py`` prints a shape, so
+keys copied from a profile parse, and keys we print can be pasted back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from matprobe.errors import SpecError
+from matprobe.stats import Stats
+
+UNKNOWN = "?"
+
+#: Keys printed first, in this order, always (``?`` when unknown).
+BASE_KEYS: tuple[str, ...] = ("op", "batch", "m", "n", "k", "tA", "tB")
+
+#: The computation each op performs (DESIGN.md §2); ``*_cache`` ops are
+#: metallic's cached-pipeline flavour of the same computation.
+OP_KINDS: tuple[str, ...] = ("matmul", "matmul_bias_add", "matmul_alpha_beta")
+
+#: Bytes per element of activations/outputs (and of weights unless quantized).
+DTYPE_BYTES: dict[str, float] = {"f32": 4.0, "f16": 2.0, "bf16": 2.0}
+
+#: Q8_0: 32 weights per block, an fp16 scale + 32 int8 → 34 bytes a block.
+Q8_0_BLOCK = 32
+Q8_0_BLOCK_BYTES = 34
+#: Activations, bias and output of a Q8_0 matmul are fp16 (as in metallic).
+Q8_0_ACTIVATION_DTYPE = "f16"
+
+DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0")
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_VALUE = re.compile(r"^[^\s|=:]+$")
+
+
+@dataclass(frozen=True)
+class BackendTiming:
+    """Timing of one production backend for one shape, as a profile reports it."""
+
+    backend: str
+    stats: Stats
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, **self.stats.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BackendTiming:
+        rest = {key: value for key, value in data.items() if key != "backend"}
+        return cls(backend=str(data["backend"]), stats=Stats.from_dict(rest))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a spec came from: its production backends' timings and the source."""
+
+    backends: tuple[BackendTiming, ...] = ()
+    source: str = ""
+
+    @property
+    def count(self) -> int:
+        return sum(timing.stats.count for timing in self.backends)
+
+    @property
+    def total_ms(self) -> float:
+        return sum(timing.stats.total_ms for timing in self.backends)
+
+    @property
+    def avg_ms(self) -> float:
+        count = self.count
+        return self.total_ms / count if count else 0.0
+
+    @property
+    def main_backend(self) -> str | None:
+        """The backend that spent the most time on this shape."""
+        if not self.backends:
+            return None
+        return max(self.backends, key=lambda timing: timing.stats.total_ms).backend
+
+    def merged(self, other: Provenance) -> Provenance:
+        sources = [s for s in (self.source, other.source) if s]
+        return Provenance(
+            backends=self.backends + other.backends,
+            source="; ".join(dict.fromkeys(sources)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "total_ms": self.total_ms,
+            "avg_ms": self.avg_ms,
+            "source": self.source,
+            "backends": [timing.to_dict() for timing in self.backends],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Provenance:
+        return cls(
+            backends=tuple(BackendTiming.from_dict(b) for b in data.get("backends", ())),
+            source=str(data.get("source", "")),
+        )
+
+
+def _fmt_float(value: float) -> str:
+    """The profile prints scalars with 4 decimals; keep that look when exact."""
+    short = f"{value:.4f}"
+    return short if float(short) == value else repr(value)
+
+
+@dataclass(frozen=True)
+class MatmulSpec:
+    """One matmul shape and its semantics (DESIGN.md §2).
+
+    ``None`` means "the profile does not say": base keys print it as ``?``,
+    other keys are then left out of the text key. The key is the profile's
+    own, not a normal form: ``matmul_bias_add`` with and without ``bias=1`` are
+    different keys for the same computation (``has_bias`` is true for both).
+    Constructed in code, ``batch``, ``tA`` and ``tB`` default to 1/0/0; parsed,
+    a base key the profile leaves out is unknown.
+    """
+
+    op: str
+    batch: int | None = 1
+    m: int | None = None
+    n: int | None = None
+    k: int | None = None
+    tA: bool | None = False  # noqa: N815 - the profile's own key names
+    tB: bool | None = False  # noqa: N815
+    bias: bool | None = None
+    alpha: float | None = None
+    beta: float | None = None
+    accumulate: bool | None = None
+    strided_batch: bool | None = None
+    cache: bool | None = None
+    dtype: str | None = None
+    loader: str | None = None
+    # Fused kernels: gate/up (n0, n1) and QKV (nq, nk, nv) outputs of one pass.
+    n0: int | None = None
+    n1: int | None = None
+    nq: int | None = None
+    nk: int | None = None
+    nv: int | None = None
+    #: Keys this version does not model, kept verbatim so nothing is lost.
+    extras: tuple[tuple[str, str], ...] = ()
+    provenance: Provenance | None = field(default=None, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not _IDENT.match(self.op):
+            raise SpecError(f"bad op name {self.op!r}")
+        for name in ("batch", "m", "n", "k", "n0", "n1", "nq", "nk", "nv"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise SpecError(f"{name} must be an integer or unknown, got {value!r}")
+            if value is not None and value < (1 if name == "batch" else 0):
+                raise SpecError(f"{name} must not be negative, got {value}")
+        for name in _BOOL_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise SpecError(f"{name} must be true, false or unknown, got {value!r}")
+        for name in ("alpha", "beta"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise SpecError(f"{name} must be finite, got {value!r}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise SpecError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
+        if self.loader is not None and not _VALUE.match(self.loader):
+            raise SpecError(f"bad loader value {self.loader!r}")
+        known = {f.name for f in fields(self)}
+        seen: set[str] = set()
+        for key, value in self.extras:
+            if key in known or key == "backend" or not _IDENT.match(key) or key in seen:
+                raise SpecError(f"bad or duplicate extra key {key!r}")
+            if not _VALUE.match(value):
+                raise SpecError(f"bad value {value!r} for key {key!r}")
+            seen.add(key)
+        object.__setattr__(self, "extras", tuple(sorted(self.extras)))
+
+    # ---- semantics ---------------------------------------------------------
+
+    @property
+    def kind(self) -> str:
+        """The computation: the op without metallic's ``_cache`` suffix."""
+        return self.op.removesuffix("_cache")
+
+    @property
+    def has_bias(self) -> bool:
+        return bool(self.bias) or self.kind == "matmul_bias_add"
+
+    @property
+    def alpha_value(self) -> float:
+        return 1.0 if self.alpha is None else self.alpha
+
+    @property
+    def beta_value(self) -> float:
+        return 0.0 if self.beta is None else self.beta
+
+    @property
+    def reads_c0(self) -> bool:
+        """C₀ contributes to the result.
+
+        BLAS convention: β = 0 never reads C₀, even with ``accumulate=1`` (the
+        profile's attention shapes say ``accumulate=1 | beta=0.0000``), so a
+        perfect kernel moves no C₀ bytes there.
+        """
+        return self.beta_value != 0.0
+
+    @property
+    def fused_parts(self) -> tuple[int, ...]:
+        """Output widths of a fused kernel (gate/up or Q/K/V), else ()."""
+        for group in (("n0", "n1"), ("nq", "nk", "nv")):
+            values = [getattr(self, name) for name in group]
+            if any(v is not None for v in values):
+                return tuple(v for v in values if v is not None)
+        return ()
+
+    @property
+    def n_total(self) -> int | None:
+        """All output columns: n, or the sum of the fused parts when n is unknown."""
+        if self.n is not None:
+            return self.n
+        parts = self.fused_parts
+        return sum(parts) if parts else None
+
+    @property
+    def is_complete(self) -> bool:
+        """Every dimension needed to run or cost this spec is known."""
+        return None not in (self.batch, self.m, self.n_total, self.k)
+
+    def _dims(self) -> tuple[int, int, int, int]:
+        batch, m, n, k = self.batch, self.m, self.n_total, self.k
+        if batch is None or m is None or n is None or k is None:
+            raise SpecError(f"spec has unknown dimensions: {self.key()}")
+        return batch, m, n, k
+
+    def flops(self) -> int:
+        """Floating-point operations of one call.
+
+        2·b·m·n·k for the products, plus one per output element for each
+        epilogue step that is not the identity: bias add, α scaling (α ≠ 1),
+        and 2 for β·C₀ accumulation (multiply and add) when β ≠ 0.
+        """
+        batch, m, n, k = self._dims()
+        outputs = batch * m * n
+        epilogue = 0
+        if self.has_bias:
+            epilogue += 1
+        if self.alpha_value != 1.0:
+            epilogue += 1
+        if self.reads_c0:
+            epilogue += 2
+        return 2 * outputs * k + epilogue * outputs
+
+    def min_bytes(self, dtype: str | None = None) -> int:
+        """Bytes a perfect kernel moves: each input read once, the output written once.
+
+        A is b·m·k, B (the weight) is b·k·n — for Q8_0 34 bytes per 32-weight
+        block, blocks running along K — the bias n, C₀ b·m·n when β ≠ 0 and the
+        output b·m·n. ``dtype`` fills in when the spec's own is unknown.
+        """
+        batch, m, n, k = self._dims()
+        fmt = self.dtype or dtype
+        if fmt is None:
+            raise SpecError(f"spec has no dtype; pass one: {self.key()}")
+        if fmt not in DTYPES:
+            raise SpecError(f"unknown dtype {fmt!r}; known: {', '.join(DTYPES)}")
+        if fmt == "q8_0":
+            act = DTYPE_BYTES[Q8_0_ACTIVATION_DTYPE]
+            weight_bytes = batch * n * math.ceil(k / Q8_0_BLOCK) * Q8_0_BLOCK_BYTES
+        else:
+            act = DTYPE_BYTES[fmt]
+            weight_bytes = int(batch * k * n * act)
+        total = weight_bytes + batch * m * k * act + batch * m * n * act
+        if self.has_bias:
+            total += n * act
+        if self.reads_c0:
+            total += batch * m * n * act
+        return int(total)
+
+    def arithmetic_intensity(self, dtype: str | None = None) -> float:
+        return self.flops() / self.min_bytes(dtype)
+
+    # ---- text key ----------------------------------------------------------
+
+    def items(self) -> list[tuple[str, str]]:
+        """The key's ``(name, value)`` pairs in canonical order."""
+        pairs = [(name, _render(name, getattr(self, name))) for name in BASE_KEYS]
+        rest: list[tuple[str, str]] = list(self.extras)
+        for f in fields(self):
+            if f.name in BASE_KEYS or f.name in ("extras", "provenance"):
+                continue
+            value = getattr(self, f.name)
+            if value is not None:
+                rest.append((f.name, _render(f.name, value)))
+        pairs.extend(sorted(rest))
+        return pairs
+
+    def key(self) -> str:
+        return " | ".join(f"{name}={value}" for name, value in self.items())
+
+    def __str__(self) -> str:
+        return self.key()
+
+    @classmethod
+    def parse(cls, key: str) -> MatmulSpec:
+        """Parse a key in the profile's form (a trailing ``:`` is allowed)."""
+        text = key.strip().removesuffix(":").strip()
+        if not text:
+            raise SpecError("empty shape key")
+        pairs: dict[str, str] = {}
+        for part in text.split("|"):
+            token = part.strip()
+            name, sep, value = token.partition("=")
+            name, value = name.strip(), value.strip()
+            if not sep or not _IDENT.match(name) or not _VALUE.match(value):
+                raise SpecError(f"not a key=value pair: {token!r} in {key!r}")
+            if name in pairs:
+                raise SpecError(f"key {name!r} given twice in {key!r}")
+            pairs[name] = value
+        return cls.from_mapping(pairs)
+
+    @classmethod
+    def from_mapping(
+        cls, values: Mapping[str, Any], provenance: Provenance | None = None
+    ) -> MatmulSpec:
+        """Build from string (or native) values keyed as in a profile.
+
+        ``backend`` is not part of a shape and is ignored; unknown keys are kept
+        in ``extras``.
+        """
+        if "op" not in values or values["op"] in (None, UNKNOWN):
+            raise SpecError(f"shape has no op: {dict(values)}")
+        known = {f.name for f in fields(cls)} - {"extras", "provenance"}
+        kwargs: dict[str, Any] = {}
+        extras: list[tuple[str, str]] = []
+        for name, raw in values.items():
+            if name == "backend":
+                continue
+            if name not in known:
+                extras.append((name, str(raw)))
+                continue
+            kwargs[name] = _convert(name, raw)
+        # Base keys a profile leaves out are unknown, not defaulted.
+        for name in BASE_KEYS:
+            kwargs.setdefault(name, None)
+        return cls(**kwargs, extras=tuple(extras), provenance=provenance)
+
+    # ---- JSON --------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: every field (unknown → null), the key, and derived figures."""
+        data = asdict(self)
+        data.pop("provenance")
+        data["extras"] = dict(self.extras)
+        out: dict[str, Any] = {"key": self.key(), **data}
+        if self.is_complete:
+            out["flops"] = self.flops()
+            if self.dtype is not None:
+                out["min_bytes"] = self.min_bytes()
+        if self.provenance is not None:
+            out["provenance"] = self.provenance.to_dict()
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MatmulSpec:
+        known = {f.name for f in fields(cls)} - {"provenance"}
+        kwargs = {name: data[name] for name in known if name in data}
+        kwargs["extras"] = tuple(dict(data.get("extras", {})).items())
+        prov = data.get("provenance")
+        return cls(
+            **kwargs,
+            provenance=Provenance.from_dict(prov) if prov is not None else None,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> MatmulSpec:
+        return cls.from_dict(json.loads(text))
+
+    def with_provenance(self, provenance: Provenance | None) -> MatmulSpec:
+        return replace(self, provenance=provenance)
+
+    def with_dtype(self, dtype: str) -> MatmulSpec:
+        return replace(self, dtype=dtype)
+
+
+_BOOL_TRUE = {"1", "true"}
+_BOOL_FALSE = {"0", "false"}
+_INT_FIELDS = {"batch", "m", "n", "k", "n0", "n1", "nq", "nk", "nv"}
+_BOOL_FIELDS = {"tA", "tB", "bias", "accumulate", "strided_batch", "cache"}
+_FLOAT_FIELDS = {"alpha", "beta"}
+
+
+def _render(name: str, value: Any) -> str:
+    if value is None:
+        return UNKNOWN
+    if name in _BOOL_FIELDS:
+        # The profile prints strided_batch as true/false and the rest as 0/1.
+        if name == "strided_batch":
+            return "true" if value else "false"
+        return "1" if value else "0"
+    if name in _FLOAT_FIELDS:
+        return _fmt_float(float(value))
+    return str(value)
+
+
+def _convert(name: str, raw: Any) -> Any:
+    if raw is None:
+        return None
+    text = str(raw).strip()
+    if text == UNKNOWN:
+        return None
+    try:
+        if name in _INT_FIELDS:
+            if isinstance(raw, bool):
+                raise ValueError
+            return int(text)
+        if name in _BOOL_FIELDS:
+            low = text.lower()
+            if low in _BOOL_TRUE:
+                return True
+            if low in _BOOL_FALSE:
+                return False
+            raise ValueError
+        if name in _FLOAT_FIELDS:
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError
+            return value
+    except ValueError:
+        raise SpecError(f"bad value {text!r} for {name}") from None
+    return text
+
+
+def merge_specs(specs: Iterable[MatmulSpec]) -> list[MatmulSpec]:
+    """Combine equal specs (e.g. ``alpha=0.125`` and ``alpha=0.1250``) into one,
+    merging their provenance; first-seen order is kept."""
+    merged: dict[MatmulSpec, MatmulSpec] = {}
+    for spec in specs:
+        prior = merged.get(spec)
+        if prior is None:
+            merged[spec] = spec
+        elif spec.provenance is not None:
+            prov = spec.provenance if prior.provenance is None else prior.provenance.merged(
+                spec.provenance
+            )
+            merged[spec] = prior.with_provenance(prov)
+    return list(merged.values())
