@@ -167,12 +167,12 @@ def test_unfused_order_counts_and_shapes() -> None:
         ("attn_qk", 24),
         ("attn_pv", 24),
         ("o_proj", 24),
-        ("gate|up", 48),
+        ("gate+up", 48),
         ("down", 24),
         ("lm_head", 1),
     ]
     roles = by_role(shapes)
-    q, kv, gate = roles["q"].spec, roles["kv"].spec, roles["gate|up"].spec
+    q, kv, gate = roles["q"].spec, roles["kv"].spec, roles["gate+up"].spec
     assert (q.op, q.n, q.k, q.tB) == ("matmul_bias_add", 896, 896, True)
     assert (kv.op, kv.n, kv.k, kv.tB) == ("matmul_bias_add", 128, 896, True)
     assert (gate.op, gate.n, gate.k, gate.tB) == ("matmul", 4864, 896, True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from matprobe import __version__
@@ -200,6 +201,154 @@ def cmd_shapes(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+# ---- run / variants --------------------------------------------------------------
+
+
+def _run_specs(args: argparse.Namespace) -> tuple[list[MatmulSpec], str, list[str]]:
+    """The specs a run measures: a profile's, the built-in one's, or a model's."""
+    if args.model is not None:
+        if args.profile is not None:
+            raise MatprobeError("give a PROFILE or --model, not both")
+        from matprobe.models import decode_specs, get_model
+
+        config = get_model(args.model)
+        shapes = decode_specs(config, context=args.context, dtype=args.dtype or "f16")
+        return [s.spec for s in shapes], f"model {config.name} (counts per token)", []
+    from matprobe.profiles import load_specs
+
+    loaded = load_specs(args.profile, default_dtype=args.dtype)
+    return loaded.specs, loaded.source, loaded.warnings
+
+
+def _infer_tokens(specs: Sequence[MatmulSpec]) -> int | None:
+    """Tokens in a profiled run: the lm_head (the widest batch-1 matmul) runs once a token."""
+    gemvs = [s for s in specs if s.batch == 1 and s.m == 1 and s.n_total and s.provenance]
+    if not gemvs:
+        return None
+    widest = max(gemvs, key=lambda s: s.n_total or 0)
+    return widest.provenance.count if widest.provenance else None
+
+
+def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    import datetime as dt
+
+    from matprobe.harness import device as device_mod
+    from matprobe.harness.manifest import load_manifest
+    from matprobe.harness.report import build_report, render_markdown, render_terminal, to_csv
+    from matprobe.harness.report import to_json as report_json
+    from matprobe.harness.runner import Progress, execute, make_plan
+    from matprobe.harness.store import ResultStore, default_store_path
+    from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
+    from matprobe.harness.variants import builtin_registry
+
+    specs, source, warnings = _run_specs(args)
+    for warning in warnings:
+        _warn(warning)
+    specs = [s for s in specs if _matches_op(s, args.op)]
+    if not specs:
+        raise MatprobeError("no specs to run (check --op)")
+    registry = builtin_registry()
+    manifest = load_manifest(args.manifest, registry)
+    variants = manifest.variants(registry, args.variants)
+    if not variants:
+        raise MatprobeError(f"no variant matches {' '.join(args.variants or [])!r}; "
+                            f"known families: {', '.join(registry.names())}")
+    device = device_mod.detect(args.device)
+    policy = TimingPolicy(kernel_clock=args.kernel_clock, trials=args.trials)
+    with ResultStore(args.db or default_store_path()) as store:
+        environment: dict[str, Any] = {"device": device.to_dict(), "source": source}
+        clocks_before = gpu_clock_state() if device.kind == "cuda" else {}
+        environment["gpu_clocks_before"] = clocks_before
+        run_id = store.start_run(" ".join(["matprobe", *sys.argv[1:]]), environment)
+        peaks = None
+        if device.kind == "cuda":
+            peaks = store.get_device_info(device.fingerprint)
+            if peaks is None:
+                from matprobe.harness.timing import measure_peaks_cuda
+
+                peaks = dict(measure_peaks_cuda())
+                store.put_device_info(device.fingerprint, {
+                    **peaks, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()})
+        plan = make_plan(specs, variants, device, policy, store, force=args.force)
+        print(f"matprobe: {source}: {len(specs)} specs × {len(variants)} variants on "
+              f"{device.name} ({device.kind}); {plan.summary()}", file=sys.stderr)
+        progress = Progress(len([p for p in plan.pairs if p.state.value == "run"]))
+        outcome = execute(plan, store, device, policy, run_id=run_id, timeout_s=args.timeout,
+                          progress=progress)
+        store.finish_run(run_id, "interrupted" if outcome.interrupted else "done")
+    baselines = {op: manifest.baseline_for(op, registry) for op in {s.kind for s in specs}}
+    report = build_report(plan, outcome, baselines=baselines, device=device, policy=policy,
+                          peaks=peaks, tokens=args.tokens or _infer_tokens(specs), source=source)
+    if device.kind == "cuda":
+        held = throttling(gpu_clock_state()) + throttling(clocks_before)
+        if held:
+            report.notes.append(f"WARNING: GPU clocks throttled ({', '.join(sorted(set(held)))})")
+    if device.kind == "cpu":
+        report.notes.append("CPU run: times are wall-clock on this CPU; Triton variants run in "
+                            "the interpreter and are validated, not timed")
+    text = render_terminal(report)
+    out.write(text)
+    exports: dict[str, Callable[[], str]] = {
+        "json": lambda: json.dumps(report_json(report), indent=2) + "\n",
+        "csv": lambda: to_csv(report),
+    }
+    for name, render in exports.items():
+        target = getattr(args, name)
+        if target == "-":
+            out.write(render())
+        elif target:
+            _write(Path(target), render())
+    if args.out:
+        folder = Path(args.out)
+        _write(folder / "report.txt", text)
+        _write(folder / "report.md", render_markdown(report))
+        for name, render in exports.items():
+            _write(folder / f"report.{name}", render())
+    if outcome.interrupted:
+        print("matprobe: interrupted; finished pairs are stored", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise MatprobeError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def cmd_variants(args: argparse.Namespace, out: TextIO) -> int:
+    from matprobe.harness import device as device_mod
+    from matprobe.harness.manifest import load_manifest
+    from matprobe.harness.variants import builtin_registry
+
+    registry = builtin_registry()
+    manifest = load_manifest(args.manifest, registry)
+    enabled = {v.id for v in manifest.variants(registry)}
+    spec = MatmulSpec.parse(args.spec) if args.spec else None
+    if spec is not None and spec.dtype is None:
+        spec = spec.with_dtype(args.dtype or "f16")
+    device = device_mod.detect(args.device) if spec is not None else None
+    for family in registry.families():
+        flags = [f for f, on in (("baseline", family.baseline), ("peer", family.peer)) if on]
+        grid = ", ".join(f"{k}={list(v)}" for k, v in family.grid.items()) or "no parameters"
+        out.write(f"{family.name}{' [' + ', '.join(flags) + ']' if flags else ''}: "
+                  f"{family.description}\n")
+        out.write(f"  ops {', '.join(sorted(family.ops))}; devices "
+                  f"{', '.join(sorted(family.devices))}; dtypes {', '.join(sorted(family.dtypes))}"
+                  f"; grid {grid}\n")
+        config = manifest.families.get(family.name)
+        for variant in family.variants(config.grid if config else None):
+            state = "enabled" if variant.id in enabled else "disabled"
+            line = f"    {variant.id}  ({state}, fingerprint {variant.fingerprint})"
+            if spec is not None and device is not None:
+                reason = variant.unsupported_reason(spec, device)
+                line += f": {'supported' if reason is None else 'unsupported: ' + reason}"
+            out.write(line + "\n")
+    return 0
+
+
 # ---- synth-profile ----------------------------------------------------------------
 
 
@@ -274,6 +423,55 @@ def build_parser() -> argparse.ArgumentParser:
                    "form)")
     p.add_argument("--json", action="store_true", help="print specs as JSON")
     p.set_defaults(func=cmd_shapes)
+
+    p = sub.add_parser(
+        "run",
+        help="run every kernel variant on every spec: validate, time, store, report",
+        description="The probe harness. With no arguments: the built-in Qwen2.5-0.5B decode "
+        "profile, every enabled variant, on the GPU if there is one, else the CPU. Results are "
+        "stored (SQLite) and reused while the spec, the variant's source and parameters, the "
+        "device and the timing policy are unchanged.",
+    )
+    p.add_argument("profile", metavar="PROFILE", nargs="?",
+                   help="JSONL profile or text summary (default: the built-in profile)")
+    p.add_argument("--model", metavar="NAME", help="specs of one decode step of a model instead")
+    p.add_argument("--context", type=_positive, default=128, metavar="L",
+                   help="attention context for --model (default 128)")
+    p.add_argument("--dtype", choices=DTYPES,
+                   help="dtype for --model, or for profile specs that do not state one")
+    p.add_argument("--variants", nargs="+", metavar="GLOB",
+                   help="only variants whose id or family matches (e.g. 'triton.*')")
+    p.add_argument("--op", action="append", metavar="OP", help="only specs of this op")
+    p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if present")
+    p.add_argument("--manifest", metavar="FILE", help="replace the default manifest")
+    p.add_argument("--force", action="store_true", help="re-run pairs that are cached")
+    p.add_argument("--db", metavar="FILE",
+                   help="result store (default $MATPROBE_DB or ~/.cache/matprobe/results.sqlite)")
+    p.add_argument("--out", metavar="DIR", help="write report.{txt,md,json,csv} there")
+    p.add_argument("--json", metavar="FILE", help="JSON export with raw samples ('-': stdout)")
+    p.add_argument("--csv", metavar="FILE", help="CSV export with raw samples ('-': stdout)")
+    p.add_argument("--kernel-clock", action="store_true",
+                   help="also time kernels with the PyTorch profiler (cross-check)")
+    p.add_argument("--trials", type=_positive, default=3,
+                   help="validation trials with fresh inputs (default 3)")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="seconds one pair may take, compile included (default 300)")
+    p.add_argument("--tokens", type=_positive, metavar="N",
+                   help="tokens in the profiled run, for per-token impact (default: the "
+                   "lm_head's call count)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "variants",
+        help="list the kernel variants, their grids and (with --spec) whether they support a spec",
+        description="Every registered variant family with its ops, devices, dtypes and grid, "
+        "and each variant's id and fingerprint.",
+    )
+    p.add_argument("--spec", metavar="KEY", help="a shape key: say for each variant if it runs it")
+    p.add_argument("--dtype", choices=DTYPES, help="dtype for a --spec key without one (f16)")
+    p.add_argument("--device", choices=("cuda", "cpu"), help="device to check support on")
+    p.add_argument("--manifest", metavar="FILE", help="replace the default manifest")
+    p.set_defaults(func=cmd_variants)
 
     p = sub.add_parser(
         "synth-profile",

@@ -15,7 +15,7 @@ none. So each spec is paired with its count and role in a :class:`ModelShape`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from matprobe.errors import MatprobeError
 from matprobe.spec import DTYPES, MatmulSpec, Provenance
@@ -31,7 +31,7 @@ ROLES: tuple[str, ...] = (
     "attn_pv",
     "o_proj",
     "gate_up",
-    "gate|up",
+    "gate+up",
     "down",
     "lm_head",
 )
@@ -240,7 +240,11 @@ def decode_specs(
         shapes.append(ModelShape(gate_up, c.layers, "gate_up"))
     else:
         gate = weight("matmul", c.intermediate, c.hidden)
-        shapes.append(ModelShape(gate, 2 * c.layers, "gate|up"))
+        shapes.append(ModelShape(gate, 2 * c.layers, "gate+up"))
     shapes.append(ModelShape(weight("matmul", c.hidden, c.intermediate), c.layers, "down"))
     shapes.append(ModelShape(weight("matmul", c.vocab, c.hidden), 1, "lm_head"))
-    return shapes
+    # Each spec carries its calls per token, so reports can weigh savings.
+    return [
+        replace(s, spec=s.spec.with_provenance(Provenance(source=source, calls=s.count)))
+        for s in shapes
+    ]

@@ -71,9 +71,14 @@ class Provenance:
 
     backends: tuple[BackendTiming, ...] = ()
     source: str = ""
+    #: call count when there are no timings to count (shapes derived from a model
+    #: config: calls per token)
+    calls: int | None = None
 
     @property
     def count(self) -> int:
+        if not self.backends:
+            return self.calls or 0
         return sum(timing.stats.count for timing in self.backends)
 
     @property
@@ -94,14 +99,18 @@ class Provenance:
 
     def merged(self, other: Provenance) -> Provenance:
         sources = [s for s in (self.source, other.source) if s]
+        calls = None if self.calls is None and other.calls is None else (
+            (self.calls or 0) + (other.calls or 0))
         return Provenance(
             backends=self.backends + other.backends,
             source="; ".join(dict.fromkeys(sources)),
+            calls=calls,
         )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "count": self.count,
+            "calls": self.calls,
             "total_ms": self.total_ms,
             "avg_ms": self.avg_ms,
             "source": self.source,
@@ -113,6 +122,7 @@ class Provenance:
         return cls(
             backends=tuple(BackendTiming.from_dict(b) for b in data.get("backends", ())),
             source=str(data.get("source", "")),
+            calls=data.get("calls"),
         )
 
 

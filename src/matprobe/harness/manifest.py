@@ -1,0 +1,167 @@
+"""The manifest: a TOML file that selects and configures variants.
+
+::
+
+    [baseline]                       # op kind → family name or variant id
+    matmul = "torch.matmul"
+
+    [families."triton.gemv_nt"]
+    enabled = true                   # false: the family does not run
+    grid = { bn = [64, 128], bk = [128] }   # override parameter values
+    exclude = ["triton.gemv_nt/bn128_bk128_w4"]
+
+A default manifest ships in the package (``data/manifest.toml``). Any key the
+schema does not know is an error naming the key, so a typo never silently
+runs the default grid.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from matprobe.errors import MatprobeError
+from matprobe.harness.variants import Registry, Variant, VariantLookupError
+from matprobe.spec import OP_KINDS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+_FAMILY_KEYS = {"enabled", "grid", "exclude"}
+
+
+class ManifestError(MatprobeError):
+    """A manifest that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class FamilyConfig:
+    enabled: bool = True
+    grid: Mapping[str, tuple[Any, ...]] | None = None
+    exclude: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    source: str
+    families: Mapping[str, FamilyConfig] = field(default_factory=dict)
+    baselines: Mapping[str, str] = field(default_factory=dict)
+
+    def variants(self, registry: Registry, patterns: Sequence[str] | None = None) -> list[Variant]:
+        """Every enabled variant, optionally only those whose id or family name
+        matches one of the glob ``patterns``."""
+        selected: list[Variant] = []
+        for family in registry.families():
+            config = self.families.get(family.name, FamilyConfig())
+            if not config.enabled:
+                continue
+            for variant in family.variants(config.grid):
+                if variant.id in config.exclude:
+                    continue
+                if patterns and not any(
+                    fnmatch.fnmatchcase(variant.id, p) or fnmatch.fnmatchcase(family.name, p)
+                    for p in patterns
+                ):
+                    continue
+                selected.append(variant)
+        return selected
+
+    def baseline_for(self, op_kind: str, registry: Registry) -> str | None:
+        """Family name or variant id of the baseline of an op (manifest first, then
+        the family flagged ``baseline`` by its author)."""
+        if op_kind in self.baselines:
+            return self.baselines[op_kind]
+        for family in registry.families():
+            if family.baseline and op_kind in family.ops:
+                return family.name
+        return None
+
+
+def _fail(source: str, key: str, problem: str) -> ManifestError:
+    return ManifestError(f"{source}: {key}: {problem}")
+
+
+def parse_manifest(data: Mapping[str, Any], source: str, registry: Registry) -> Manifest:
+    unknown = set(data) - {"families", "baseline"}
+    if unknown:
+        raise _fail(source, sorted(unknown)[0], "unknown key (known: families, baseline)")
+    families: dict[str, FamilyConfig] = {}
+    raw_families = data.get("families", {})
+    if not isinstance(raw_families, dict):
+        raise _fail(source, "families", "must be a table")
+    for name, raw in raw_families.items():
+        where = f"families.{name}"
+        try:
+            family = registry.family(name)
+        except VariantLookupError as exc:
+            raise _fail(source, where, str(exc)) from None
+        if not isinstance(raw, dict):
+            raise _fail(source, where, "must be a table")
+        bad = set(raw) - _FAMILY_KEYS
+        if bad:
+            key = sorted(bad)[0]
+            raise _fail(source, f"{where}.{key}",
+                        f"unknown key (known: {', '.join(sorted(_FAMILY_KEYS))})")
+        enabled = raw.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise _fail(source, f"{where}.enabled", "must be true or false")
+        grid = None
+        if "grid" in raw:
+            if not isinstance(raw["grid"], dict):
+                raise _fail(source, f"{where}.grid", "must be a table of lists")
+            grid = {}
+            for param, values in raw["grid"].items():
+                if param not in family.grid:
+                    known = ", ".join(family.grid) or "none"
+                    raise _fail(source, f"{where}.grid.{param}",
+                                f"unknown parameter of {name} (known: {known})")
+                values = values if isinstance(values, list) else [values]
+                if not values:
+                    raise _fail(source, f"{where}.grid.{param}", "empty list")
+                grid[param] = tuple(values)
+        exclude = raw.get("exclude", [])
+        if not isinstance(exclude, list) or not all(isinstance(v, str) for v in exclude):
+            raise _fail(source, f"{where}.exclude", "must be a list of variant ids")
+        families[name] = FamilyConfig(enabled, grid, frozenset(exclude))
+    baselines: dict[str, str] = {}
+    raw_baselines = data.get("baseline", {})
+    if not isinstance(raw_baselines, dict):
+        raise _fail(source, "baseline", "must be a table")
+    for op, target in raw_baselines.items():
+        if op not in OP_KINDS:
+            raise _fail(source, f"baseline.{op}", f"unknown op (known: {', '.join(OP_KINDS)})")
+        if not isinstance(target, str):
+            raise _fail(source, f"baseline.{op}", "must be a family name or variant id")
+        try:
+            if "/" in target:
+                registry.variant(target)
+            else:
+                registry.family(target)
+        except VariantLookupError as exc:
+            raise _fail(source, f"baseline.{op}", str(exc)) from None
+        baselines[op] = target
+    return Manifest(source, families, baselines)
+
+
+def load_manifest(path: str | Path | None, registry: Registry) -> Manifest:
+    """Read a manifest file, or the shipped default when ``path`` is None."""
+    if path is None:
+        ref = resources.files("matprobe") / "data" / "manifest.toml"
+        text, source = ref.read_text(encoding="utf-8"), "default manifest"
+    else:
+        try:
+            text, source = Path(path).read_text(encoding="utf-8"), str(path)
+        except OSError as exc:
+            raise ManifestError(f"cannot read manifest {path}: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestError(f"{source}: not valid TOML: {exc}") from None
+    return parse_manifest(data, source, registry)

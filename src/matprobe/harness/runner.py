@@ -1,0 +1,199 @@
+"""Plan and run: every selected variant on every spec, reusing what is cached.
+
+The plan classifies each (spec, variant) pair before anything runs:
+
+* ``unsupported`` — the variant's capability check gave a reason; not a
+  failure, summarized apart;
+* ``cached`` — the store holds a PASS/FAIL row with the same spec key, variant
+  id, source fingerprint, device and timing policy (errors are not results, so
+  they are tried again);
+* ``run`` — everything else (all supported pairs with ``--force``).
+
+Pairs run family by family in worker processes; each result is stored the
+moment it arrives, so Ctrl-C or a crash loses nothing already measured.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TextIO
+
+from matprobe.harness.device import DeviceInfo
+from matprobe.harness.results import PairResult, Status
+from matprobe.harness.store import ResultKey, ResultStore
+from matprobe.harness.timing import TimingPolicy
+from matprobe.harness.variants import Variant
+from matprobe.harness.worker import Task, run_tasks
+from matprobe.spec import MatmulSpec
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class PairState(str, Enum):
+    RUN = "run"
+    CACHED = "cached"
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True)
+class PlannedPair:
+    spec: MatmulSpec
+    variant: Variant
+    state: PairState
+    reason: str = ""
+    key: ResultKey | None = None
+    cached: PairResult | None = None
+
+
+@dataclass
+class Plan:
+    pairs: list[PlannedPair]
+
+    def of(self, state: PairState) -> list[PlannedPair]:
+        return [p for p in self.pairs if p.state is state]
+
+    def summary(self) -> str:
+        counts = {state: len(self.of(state)) for state in PairState}
+        return (f"{len(self.pairs)} pairs: {counts[PairState.RUN]} to run, "
+                f"{counts[PairState.CACHED]} cached, {counts[PairState.UNSUPPORTED]} unsupported")
+
+
+def make_plan(
+    specs: Sequence[MatmulSpec],
+    variants: Sequence[Variant],
+    device: DeviceInfo,
+    policy: TimingPolicy,
+    store: ResultStore,
+    force: bool = False,
+) -> Plan:
+    pairs: list[PlannedPair] = []
+    keys: list[ResultKey] = []
+    supported: list[tuple[MatmulSpec, Variant, ResultKey]] = []
+    for spec in specs:
+        for variant in variants:
+            reason = variant.unsupported_reason(spec, device)
+            if reason is not None:
+                pairs.append(PlannedPair(spec, variant, PairState.UNSUPPORTED, reason))
+                continue
+            key = ResultKey(spec.key(), variant.id, variant.fingerprint, device.fingerprint,
+                            policy.fingerprint)
+            keys.append(key)
+            supported.append((spec, variant, key))
+    cached = {} if force else store.get_many(keys)
+    for spec, variant, key in supported:
+        hit = cached.get(key)
+        if hit is not None and hit.status in (Status.PASS, Status.FAIL):
+            pairs.append(PlannedPair(spec, variant, PairState.CACHED, key=key, cached=hit))
+        else:
+            pairs.append(PlannedPair(spec, variant, PairState.RUN, key=key))
+    order = {(s.key(), v.id): i for i, (s, v) in enumerate(
+        (s, v) for s in specs for v in variants)}
+    pairs.sort(key=lambda p: order[(p.spec.key(), p.variant.id)])
+    return Plan(pairs)
+
+
+class Progress:
+    """One live line on a terminal (spec, variant, done/total, ETA); plain lines
+    at each tenth of the work otherwise (logs, CI)."""
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.total = total
+        self.done = 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.live = self.stream.isatty()
+        self.started = time.monotonic()
+        self._last_decile = -1
+
+    def _eta(self) -> str:
+        if not self.done:
+            return "?"
+        left = (time.monotonic() - self.started) / self.done * (self.total - self.done)
+        return f"{int(left // 60)}m{int(left % 60):02d}s"
+
+    def show(self, spec: MatmulSpec, variant: Variant) -> None:
+        if not self.live:
+            return
+        label = (f"[{self.done}/{self.total}] ETA {self._eta()}  {spec.kind} b={spec.batch} "
+                 f"n={spec.n_total} k={spec.k}  {variant.id}")
+        width = shutil.get_terminal_size((100, 20)).columns - 1
+        self.stream.write("\r" + label[:width].ljust(width))
+        self.stream.flush()
+
+    def advance(self) -> None:
+        self.done += 1
+        decile = self.done * 10 // max(self.total, 1)
+        if not self.live and decile != self._last_decile:
+            self._last_decile = decile
+            self.stream.write(f"matprobe: {self.done}/{self.total} pairs done, "
+                              f"ETA {self._eta()}\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\r" + " " * (shutil.get_terminal_size((100, 20)).columns - 1)
+                              + "\r")
+            self.stream.flush()
+
+
+@dataclass
+class RunOutcome:
+    run_id: int
+    plan: Plan
+    #: every available result of the plan's supported pairs: fresh and cached
+    results: dict[tuple[str, str], PairResult] = field(default_factory=dict)
+    fresh: int = 0
+    interrupted: bool = False
+    seconds: float = 0.0
+
+
+def execute(
+    plan: Plan,
+    store: ResultStore,
+    device: DeviceInfo,
+    policy: TimingPolicy,
+    *,
+    run_id: int,
+    factory: str = "matprobe.harness.variants:builtin_registry",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    progress: Progress | None = None,
+    runner: Callable[..., None] = run_tasks,
+) -> RunOutcome:
+    """Run the plan's ``run`` pairs; returns with what finished even on Ctrl-C."""
+    outcome = RunOutcome(run_id=run_id, plan=plan)
+    started = time.monotonic()
+    for pair in plan.of(PairState.CACHED):
+        assert pair.cached is not None
+        outcome.results[(pair.spec.key(), pair.variant.id)] = pair.cached
+    by_family: dict[str, list[Task]] = defaultdict(list)
+    for index, pair in enumerate(plan.pairs):
+        if pair.state is PairState.RUN:
+            by_family[pair.variant.family.name].append(Task(index, pair.spec, pair.variant))
+
+    def on_start(task: Task) -> None:
+        if progress is not None:
+            progress.show(task.spec, task.variant)
+
+    def on_result(task: Task, result: PairResult) -> None:
+        store.put(result)
+        outcome.results[(task.spec.key(), task.variant.id)] = result
+        outcome.fresh += 1
+        if progress is not None:
+            progress.advance()
+
+    try:
+        for tasks in by_family.values():
+            runner(tasks, factory=factory, device=device, policy=policy, run_id=run_id,
+                   timeout_s=timeout_s, on_start=on_start, on_result=on_result)
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+    finally:
+        if progress is not None:
+            progress.close()
+        outcome.seconds = time.monotonic() - started
+    return outcome

@@ -1,0 +1,546 @@
+"""The SQLite result store: every measured (spec, variant) pair, in one file.
+
+A result is identified by its :class:`ResultKey` — spec key, variant id,
+variant fingerprint (source and parameters), device fingerprint and timing
+policy — so a change to any of them (an edited kernel, alpha/beta or a dtype
+in the spec key, another GPU or driver, another timing policy) misses the
+cache and the pair is measured again; the original harness re-reported stale
+results because its keys ignored alpha/beta and manifest edits (DESIGN.md §4).
+Only pass/fail/error results exist, so there is no "empty" result to cache.
+
+Every :meth:`ResultStore.put` commits at once (a crash later loses nothing
+already put). The file is in WAL mode with a busy timeout, so several
+processes may read and write it at the same time. Opening a file that is not
+a store, a store of a newer schema or a corrupt store raises
+:class:`StoreError` with a one-line message and leaves the file's bytes as
+they were: it is validated through a read-only connection before anything is
+written.
+
+Open one :class:`ResultStore` per process (and per thread); a store opened
+before a ``fork`` must not be used in the child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from matprobe.errors import MatprobeError
+from matprobe.harness.results import PairResult, Status
+
+APP = "matprobe"
+SCHEMA_VERSION = 1
+#: How long a writer waits for another process's write lock before giving up.
+BUSY_TIMEOUT_S = 60.0
+RUN_STATUSES = frozenset({"done", "interrupted", "failed"})
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_KEY_COLUMNS = ("spec_key", "variant_id", "fingerprint", "device", "policy")
+_STORED_STATUSES = tuple(s.value for s in Status)
+#: keys per query in get_many (5 bound variables each, well under SQLite's limit)
+_KEYS_PER_QUERY = 150
+
+_SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        started_at TEXT NOT NULL,
+        finished_at TEXT,
+        status TEXT NOT NULL,
+        command TEXT NOT NULL,
+        environment TEXT NOT NULL
+    )""",
+    # run_id is deliberately not a foreign key: a result may come from a run
+    # recorded elsewhere (or from none), and it must still be storable.
+    f"""CREATE TABLE results (
+        spec_key TEXT NOT NULL,
+        variant_id TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        device TEXT NOT NULL,
+        policy TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN {_STORED_STATUSES!r}),
+        run_id INTEGER,
+        measured_at TEXT NOT NULL,
+        record TEXT NOT NULL,
+        PRIMARY KEY (spec_key, variant_id, fingerprint, device, policy)
+    )""",
+    "CREATE INDEX results_by_run ON results (run_id)",
+    "CREATE INDEX results_by_device ON results (device)",
+    """CREATE TABLE devices (
+        device TEXT PRIMARY KEY,
+        info TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    )""",
+)
+_TABLES = frozenset({"meta", "runs", "results", "devices"})
+
+
+class StoreError(MatprobeError):
+    """A result store that cannot be opened, read or written; the message names the file."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One invocation of the harness: what was run, where, and how it ended."""
+
+    id: int
+    started_at: str  # RFC 3339, UTC
+    finished_at: str | None
+    status: str  # "running", then "done", "interrupted" or "failed"
+    command: str
+    environment: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ResultKey:
+    """What identifies a stored result; change any field and the pair is measured again."""
+
+    spec_key: str
+    variant_id: str
+    fingerprint: str
+    device: str
+    policy: str
+
+    @classmethod
+    def of_result(cls, r: PairResult) -> ResultKey:
+        return cls(r.spec_key, r.variant_id, r.fingerprint, r.device, r.policy)
+
+    def as_tuple(self) -> tuple[str, str, str, str, str]:
+        return (self.spec_key, self.variant_id, self.fingerprint, self.device, self.policy)
+
+
+def default_store_path() -> Path:
+    """``$MATPROBE_DB``, else ``$XDG_CACHE_HOME/matprobe/results.sqlite``, else ``~/.cache/…``."""
+    explicit = os.environ.get("MATPROBE_DB")
+    if explicit:
+        return Path(explicit).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME")
+    # The XDG spec says a relative $XDG_CACHE_HOME is invalid and must be ignored.
+    base = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"
+    return base / "matprobe" / "results.sqlite"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _dumps(value: Any) -> str:
+    # The standard library's json, not orjson: orjson writes NaN and ±Inf as
+    # null, and a failed validation legitimately has max_rel = inf or NaN.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _describe(path: Path, exc: sqlite3.Error, action: str) -> str:
+    """A one-line message for an SQLite error met while doing ``action`` on ``path``."""
+    name = getattr(exc, "sqlite_errorname", "")  # Python ≥ 3.11
+    msg = _one_line(str(exc))
+    low = msg.lower()
+    if name == "SQLITE_NOTADB" or "file is not a database" in low:
+        return f"{path} is not a matprobe result store (not an SQLite database)"
+    if name.startswith("SQLITE_CORRUPT") or "malformed" in low:
+        return f"{path} is corrupt: {msg}"
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in low:
+        return f"{path} is locked by another process (waited {BUSY_TIMEOUT_S:g} s while {action})"
+    if name.startswith("SQLITE_READONLY") or "readonly" in low or "read-only" in low:
+        return f"{path} cannot be written: {msg}"
+    if name == "SQLITE_FULL" or "disk is full" in low:
+        return f"{path} cannot be written: the disk is full"
+    if name.startswith("SQLITE_CANTOPEN") or "unable to open" in low:
+        return f"{path} cannot be opened: {msg}"
+    return f"{path}: {action} failed: {msg}"
+
+
+def _schema_objects(conn: sqlite3.Connection) -> dict[str, str]:
+    """Name → type of every user object (tables, indexes, views, triggers)."""
+    rows = conn.execute(
+        "SELECT name, type FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+    ).fetchall()
+    return {str(name): str(kind) for name, kind in rows}
+
+
+def _check_meta(path: Path, conn: sqlite3.Connection) -> bool:
+    """Whether ``conn`` holds a usable store (True) or an empty database (False).
+
+    Raises StoreError for another application's database, a newer schema or
+    a store with tables missing.
+    """
+    objects = _schema_objects(conn)
+    if not objects:
+        return False  # a fresh SQLite file with nothing in it: ours to initialise
+    foreign = f"{path} is an SQLite database but not a matprobe result store"
+    if objects.get("meta") != "table":
+        raise StoreError(foreign)
+    try:
+        meta = {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta")}
+    except sqlite3.OperationalError:  # a "meta" table of another shape
+        raise StoreError(foreign) from None
+    if meta.get("app") != APP:
+        raise StoreError(foreign)
+    raw = meta.get("schema_version", "")
+    try:
+        version = int(raw)
+    except ValueError:
+        raise StoreError(f"{path} is corrupt: schema_version {raw!r} is not a number") from None
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has result-store schema version {version}, newer than this matprobe "
+            f"understands ({SCHEMA_VERSION}); upgrade matprobe or use another store"
+        )
+    if version < 1:
+        raise StoreError(f"{path} is corrupt: unknown schema_version {version}")
+    missing = sorted(t for t in _TABLES if objects.get(t) != "table")
+    if missing:
+        raise StoreError(f"{path} is corrupt: table(s) {', '.join(missing)} missing")
+    return True
+
+
+def _validate_existing(path: Path) -> None:
+    """Check a non-empty file without writing to it: SQLite, ours, readable schema, intact."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as exc:
+        raise StoreError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    if head != _SQLITE_MAGIC:
+        raise StoreError(f"{path} is not a matprobe result store (not an SQLite database)")
+    try:
+        # mode=ro: nothing here can change the file (no journal rollback, no
+        # checkpoint). In WAL mode SQLite may still leave empty -wal/-shm files.
+        conn = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S
+        )
+    except sqlite3.Error as exc:
+        raise StoreError(_describe(path, exc, "opening")) from None
+    try:
+        # quick_check reads every page, so opening costs O(file size): 0.37 s
+        # for a 210 MB store of 100k results with the file in the page cache,
+        # more from a cold disk. integrity_check (which also cross-checks
+        # indexes against tables) is slower still and is deliberately not run.
+        rows = conn.execute("PRAGMA quick_check(10)").fetchall()
+        problems = [
+            line.strip()
+            for row in rows
+            for line in str(row[0]).splitlines()
+            if line.strip() and not line.startswith("*** in database")
+        ]
+        if problems != ["ok"]:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            first = problems[0] if problems else "quick_check failed"
+            raise StoreError(f"{path} is corrupt: {first}{more}")
+        _check_meta(path, conn)
+    except sqlite3.Error as exc:
+        raise StoreError(_describe(path, exc, "checking")) from None
+    finally:
+        conn.close()
+
+
+def _check_writable(path: Path) -> None:
+    """Fail early, with a clear message, where SQLite would only fail at the first write."""
+    where = path.parent
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"{path} cannot be written: cannot create {where}: {exc.strerror or exc}"
+        ) from None
+    if not os.access(where, os.W_OK | os.X_OK):
+        # WAL needs to create -wal and -shm files beside the database.
+        raise StoreError(f"{path} cannot be written: directory {where} is read-only")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise StoreError(f"{path} cannot be written: the file is read-only")
+
+
+class ResultStore:
+    """Measured results, runs and device facts in one SQLite file.
+
+    ``ResultStore(path)`` creates the file (and its parent directories) or
+    opens and validates an existing one. Use it as a context manager, or call
+    :meth:`close`.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        self._conn: sqlite3.Connection | None = None
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a directory, not a matprobe result store")
+        try:
+            existing = self.path.exists() and self.path.stat().st_size > 0
+        except OSError as exc:
+            raise StoreError(f"{self.path} cannot be read: {exc.strerror or exc}") from None
+        if existing:
+            _validate_existing(self.path)
+        _check_writable(self.path)
+        try:
+            conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(self.path, exc, "opening")) from None
+        try:
+            self._initialise(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def _initialise(self, conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            # Under the write lock, so that two processes creating the same new
+            # store at once neither fail nor create it twice. A file that was
+            # empty, or has become a store since the read-only check, passes.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if not _check_meta(self.path, conn):
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    conn.executemany(
+                        "INSERT INTO meta (key, value) VALUES (?, ?)",
+                        [("app", APP), ("schema_version", str(SCHEMA_VERSION))],
+                    )
+                conn.execute("COMMIT")
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(self.path, exc, "opening")) from None
+        if mode != "wal":
+            raise StoreError(
+                f"{self.path} cannot be used: SQLite refused WAL journal mode ({mode}); "
+                "is it on a network file system?"
+            )
+        # synchronous stays at SQLite's default (FULL): each put is durable
+        # even against power loss, and costs one fsync — nothing beside a
+        # measurement.
+
+    # --- lifetime --------------------------------------------------------
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._conn is None else "open"
+        return f"ResultStore({str(self.path)!r}, {state})"
+
+    # --- plumbing --------------------------------------------------------
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise ValueError(f"result store {self.path} is closed")
+        return self._conn
+
+    @contextmanager
+    def _sqlite(self, action: str) -> Iterator[sqlite3.Connection]:
+        """The connection, with SQLite errors turned into one-line StoreErrors."""
+        conn = self._db()
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(self.path, exc, action)) from exc
+
+    @contextmanager
+    def _snapshot(self, action: str) -> Iterator[sqlite3.Connection]:
+        """A read transaction: several queries that see one consistent state."""
+        with self._sqlite(action) as conn:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+
+    def _decode(self, record: str, what: str) -> PairResult:
+        try:
+            return PairResult.from_dict(json.loads(record))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(
+                f"{self.path} is corrupt: unreadable result record for {what}: "
+                f"{_one_line(str(exc))}"
+            ) from exc
+
+    # --- runs ------------------------------------------------------------
+
+    def start_run(self, command: str, environment: Mapping[str, Any]) -> int:
+        """Record the start of a run; returns its id for :meth:`finish_run` and results."""
+        env = _dumps(dict(environment))
+        with self._sqlite("starting a run") as conn:
+            cur = conn.execute(
+                "INSERT INTO runs (started_at, finished_at, status, command, environment) "
+                "VALUES (?, NULL, 'running', ?, ?)",
+                (_now(), command, env),
+            )
+        run_id = cur.lastrowid
+        assert run_id is not None
+        return int(run_id)
+
+    def finish_run(self, run_id: int, status: str) -> None:
+        """Mark a run ended: ``"done"``, ``"interrupted"`` or ``"failed"``."""
+        if status not in RUN_STATUSES:
+            raise ValueError(
+                f"run status {status!r} is not one of {', '.join(sorted(RUN_STATUSES))}"
+            )
+        with self._sqlite("finishing a run") as conn:
+            cur = conn.execute(
+                "UPDATE runs SET finished_at = ?, status = ? WHERE id = ?",
+                (_now(), status, run_id),
+            )
+        if cur.rowcount == 0:
+            raise StoreError(f"{self.path} has no run {run_id}")
+
+    def runs(self) -> list[RunRecord]:
+        """Every recorded run, oldest first."""
+        with self._sqlite("listing runs") as conn:
+            rows = conn.execute(
+                "SELECT id, started_at, finished_at, status, command, environment "
+                "FROM runs ORDER BY id"
+            ).fetchall()
+        out = []
+        for run_id, started, finished, status, command, env in rows:
+            try:
+                environment = json.loads(env)
+            except ValueError as exc:
+                raise StoreError(
+                    f"{self.path} is corrupt: unreadable environment of run {run_id}"
+                ) from exc
+            out.append(RunRecord(int(run_id), started, finished, status, command, environment))
+        return out
+
+    # --- results ---------------------------------------------------------
+
+    def put(self, result: PairResult) -> None:
+        """Insert or replace the result stored under its key; committed on return."""
+        key = ResultKey.of_result(result)
+        for column, value in zip(_KEY_COLUMNS, key.as_tuple(), strict=True):
+            if not value:
+                # An empty fingerprint or policy would make a key that survives
+                # the very edits it exists to detect.
+                raise ValueError(f"cannot store a result with an empty {column}: {key}")
+        status = Status(result.status).value
+        try:
+            record = _dumps(result.to_dict())
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"result for {key} is not JSON-serialisable: {exc}") from exc
+        with self._sqlite("storing a result") as conn:
+            conn.execute(
+                """INSERT INTO results (spec_key, variant_id, fingerprint, device, policy,
+                                        status, run_id, measured_at, record)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (spec_key, variant_id, fingerprint, device, policy)
+                   DO UPDATE SET status = excluded.status, run_id = excluded.run_id,
+                                 measured_at = excluded.measured_at, record = excluded.record""",
+                (*key.as_tuple(), status, result.run_id, result.measured_at, record),
+            )
+
+    def get(self, key: ResultKey) -> PairResult | None:
+        """The result stored under ``key``, or None."""
+        with self._sqlite("reading a result") as conn:
+            row = conn.execute(
+                "SELECT record FROM results WHERE spec_key = ? AND variant_id = ? "
+                "AND fingerprint = ? AND device = ? AND policy = ?",
+                key.as_tuple(),
+            ).fetchone()
+        return None if row is None else self._decode(row[0], str(key))
+
+    def get_many(self, keys: Iterable[ResultKey]) -> dict[ResultKey, PairResult]:
+        """The stored results among ``keys`` (absent keys are simply missing)."""
+        wanted = list(dict.fromkeys(keys))
+        found: dict[ResultKey, PairResult] = {}
+        with self._snapshot("reading results") as conn:
+            for start in range(0, len(wanted), _KEYS_PER_QUERY):
+                chunk = wanted[start : start + _KEYS_PER_QUERY]
+                values = ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk))
+                rows = conn.execute(
+                    "SELECT spec_key, variant_id, fingerprint, device, policy, record "
+                    "FROM results WHERE (spec_key, variant_id, fingerprint, device, policy) "
+                    f"IN (VALUES {values})",
+                    [v for k in chunk for v in k.as_tuple()],
+                ).fetchall()
+                for *parts, record in rows:
+                    key = ResultKey(*(str(p) for p in parts))
+                    found[key] = self._decode(record, str(key))
+        return found
+
+    def results(
+        self,
+        *,
+        run_id: int | None = None,
+        device: str | None = None,
+        spec_key: str | None = None,
+    ) -> list[PairResult]:
+        """Stored results matching every filter given, ordered by spec key, then variant."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (("run_id", run_id), ("device", device), ("spec_key", spec_key)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
+        with self._sqlite("reading results") as conn:
+            rows = conn.execute(
+                f"SELECT record, spec_key, variant_id FROM results {where}"
+                "ORDER BY spec_key, variant_id, fingerprint, device, policy",
+                params,
+            ).fetchall()
+        return [self._decode(record, f"{sk} {vid}") for record, sk, vid in rows]
+
+    def history(self, spec_key: str, variant_id: str) -> list[PairResult]:
+        """Every stored result of one pair, any fingerprint/device/policy, oldest first."""
+        with self._sqlite("reading a history") as conn:
+            rows = conn.execute(
+                "SELECT record FROM results WHERE spec_key = ? AND variant_id = ? "
+                "ORDER BY measured_at, fingerprint, device, policy",
+                (spec_key, variant_id),
+            ).fetchall()
+        return [self._decode(row[0], f"{spec_key} {variant_id}") for row in rows]
+
+    # --- devices ---------------------------------------------------------
+
+    def put_device_info(self, device: str, info: Mapping[str, Any]) -> None:
+        """Store facts measured once per device fingerprint (e.g. peak copy/read bandwidth)."""
+        data = _dumps(dict(info))
+        with self._sqlite("storing device info") as conn:
+            conn.execute(
+                "INSERT INTO devices (device, info, updated_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (device) DO UPDATE SET info = excluded.info, "
+                "updated_at = excluded.updated_at",
+                (device, data, _now()),
+            )
+
+    def get_device_info(self, device: str) -> dict[str, Any] | None:
+        with self._sqlite("reading device info") as conn:
+            row = conn.execute("SELECT info FROM devices WHERE device = ?", (device,)).fetchone()
+        if row is None:
+            return None
+        try:
+            info = json.loads(row[0])
+        except ValueError as exc:
+            raise StoreError(
+                f"{self.path} is corrupt: unreadable info for device {device}"
+            ) from exc
+        if not isinstance(info, dict):
+            raise StoreError(f"{self.path} is corrupt: info for device {device} is not an object")
+        return info

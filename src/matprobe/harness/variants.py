@@ -1,0 +1,250 @@
+"""Kernel variants: families registered by a decorator, expanded over parameter grids.
+
+A *family* is one kernel implementation with knobs (``triton.gemv_nt``); a
+*variant* is the family at one point of its grid (``triton.gemv_nt/bn64_bk128_w4``).
+The decorator only builds a frozen :class:`VariantFamily`; nothing is
+registered behind the user's back — a :class:`Registry` is filled explicitly
+(``builtin_registry()`` lists the shipped families), so tests can build their
+own registry of fake and cheating kernels.
+
+Capability checks are pure predicates returning ``None`` (supported) or the
+reason it is not, so the plan can say *why* a pair is skipped.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib.util
+import inspect
+import itertools
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from matprobe.errors import MatprobeError
+from matprobe.spec import MatmulSpec
+
+if TYPE_CHECKING:
+    from matprobe.harness.device import DeviceInfo
+    from matprobe.harness.inputs import MatmulInputs
+
+
+class KernelFn(Protocol):
+    """A built kernel: computes the spec's op from ``inputs`` into ``out``.
+
+    ``out`` is ``[batch, m, n]`` in the spec's dtype; a kernel must write every
+    element (the harness poisons it with NaN first) and must enqueue its work on
+    the current stream (graph capture and timing rely on it).
+    """
+
+    def __call__(self, inputs: MatmulInputs, out: Any) -> None: ...
+
+
+Builder = Callable[[MatmulSpec, Mapping[str, Any], "DeviceInfo"], KernelFn]
+Supports = Callable[[MatmulSpec, Mapping[str, Any], "DeviceInfo"], "str | None"]
+
+
+class VariantLookupError(MatprobeError, LookupError):
+    """A family or variant name that is not registered; the message names the known ones."""
+
+
+def _always(_spec: MatmulSpec, _params: Mapping[str, Any], _device: DeviceInfo) -> str | None:
+    return None
+
+
+def _source_text(obj: Any) -> str:
+    """Source of a function, a Triton JIT function (``.fn``/``.src``), a class, or a
+    string that already is source text (a kernel module read without importing it)."""
+    if isinstance(obj, str):
+        return obj
+    src = getattr(obj, "src", None)
+    if isinstance(src, str):
+        return src
+    target = getattr(obj, "fn", obj)
+    try:
+        return inspect.getsource(target)
+    except (OSError, TypeError):
+        return repr(target)
+
+
+@dataclass(frozen=True)
+class VariantFamily:
+    name: str
+    ops: frozenset[str]  # spec kinds: matmul, matmul_bias_add, matmul_alpha_beta
+    devices: frozenset[str]  # "cuda", "cpu"
+    build: Builder
+    supports: Supports = _always
+    grid: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    dtypes: frozenset[str] = frozenset({"f32", "f16", "bf16"})
+    baseline: bool = False
+    #: a peer's code (the vendor library, torch.compile): reported, never "ours"
+    peer: bool = False
+    requires: tuple[str, ...] = ()  # importable modules the family needs
+    #: a Triton family on the CPU runs in the interpreter: validated, never timed as speed
+    interpreted_on_cpu: bool = False
+    description: str = ""
+    source_fingerprint: str = ""
+
+    def variants(self, grid: Mapping[str, Sequence[Any]] | None = None) -> list[Variant]:
+        """One variant per point of the grid (the family's own unless overridden)."""
+        grid = dict(self.grid if grid is None else grid)
+        unknown = set(grid) - set(self.grid)
+        if unknown:
+            raise MatprobeError(
+                f"{self.name}: unknown grid parameter(s) {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(self.grid) or '(none)'}"
+            )
+        names = list(self.grid)  # keep the family's parameter order in ids
+        values = [tuple(grid.get(name, self.grid[name])) for name in names]
+        return [
+            Variant(self, tuple(zip(names, point, strict=True)))
+            for point in itertools.product(*values)
+        ]
+
+
+@dataclass(frozen=True)
+class Variant:
+    family: VariantFamily
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def tag(self) -> str:
+        return "_".join(f"{k}{v}" for k, v in self.params) or "default"
+
+    @property
+    def id(self) -> str:
+        return f"{self.family.name}/{self.tag}"
+
+    @property
+    def param_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes when the family's source or this variant's parameters change."""
+        text = self.family.source_fingerprint + json.dumps(self.params, sort_keys=True,
+                                                           default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def unsupported_reason(self, spec: MatmulSpec, device: DeviceInfo) -> str | None:
+        """None when this variant can run ``spec`` on ``device``, else why not."""
+        fam = self.family
+        if device.kind not in fam.devices:
+            return f"runs on {'/'.join(sorted(fam.devices))}, not {device.kind}"
+        if spec.kind not in fam.ops:
+            return f"op {spec.kind} not implemented (does {', '.join(sorted(fam.ops))})"
+        if not spec.is_complete:
+            return "the profile leaves a dimension unknown (?)"
+        if spec.tA is None or spec.tB is None:
+            return "the profile leaves the layout (tA/tB) unknown"
+        if spec.dtype is None:
+            return "no dtype (pass --dtype)"
+        if spec.dtype not in fam.dtypes:
+            return f"dtype {spec.dtype} not supported (does {', '.join(sorted(fam.dtypes))})"
+        for module in fam.requires:
+            if importlib.util.find_spec(module) is None:
+                return f"needs {module}, which is not installed"
+        return fam.supports(spec, self.param_dict, device)
+
+    def build(self, spec: MatmulSpec, device: DeviceInfo) -> KernelFn:
+        return self.family.build(spec, self.param_dict, device)
+
+
+def variant_family(
+    *,
+    name: str,
+    ops: Iterable[str],
+    devices: Iterable[str] = ("cuda", "cpu"),
+    supports: Supports = _always,
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    dtypes: Iterable[str] = ("f32", "f16", "bf16"),
+    baseline: bool = False,
+    peer: bool = False,
+    requires: Iterable[str] = (),
+    interpreted_on_cpu: bool = False,
+    sources: Sequence[Any] = (),
+    description: str = "",
+) -> Callable[[Builder], VariantFamily]:
+    """Decorate a builder ``(spec, params, device) -> KernelFn`` into a family.
+
+    ``sources`` are further objects (kernels, helpers) whose source code is part
+    of the fingerprint, so editing a kernel re-runs exactly its family's pairs.
+    """
+
+    def wrap(build: Builder) -> VariantFamily:
+        text = "\n".join(_source_text(obj) for obj in (build, supports, *sources))
+        return VariantFamily(
+            name=name,
+            ops=frozenset(ops),
+            devices=frozenset(devices),
+            build=build,
+            supports=supports,
+            grid={key: tuple(values) for key, values in (grid or {}).items()},
+            dtypes=frozenset(dtypes),
+            baseline=baseline,
+            peer=peer,
+            requires=tuple(requires),
+            interpreted_on_cpu=interpreted_on_cpu,
+            description=description or (inspect.getdoc(build) or "").split("\n")[0],
+            source_fingerprint=hashlib.sha256(text.encode()).hexdigest(),
+        )
+
+    return wrap
+
+
+def _unknown(kind: str, name: str, known: Iterable[str]) -> VariantLookupError:
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return VariantLookupError(
+        f"unknown {kind} {name!r}{hint} (known: {', '.join(known) or 'none'})"
+    )
+
+
+class Registry:
+    """The families a run may use, by name. Filled explicitly, never by import side effects."""
+
+    def __init__(self, families: Iterable[VariantFamily] = ()) -> None:
+        self._families: dict[str, VariantFamily] = {}
+        for family in families:
+            self.add(family)
+
+    def add(self, family: VariantFamily) -> VariantFamily:
+        if family.name in self._families:
+            raise MatprobeError(f"variant family {family.name!r} registered twice")
+        self._families[family.name] = family
+        return family
+
+    def family(self, name: str) -> VariantFamily:
+        try:
+            return self._families[name]
+        except KeyError:
+            raise _unknown("variant family", name, self._families) from None
+
+    def families(self) -> list[VariantFamily]:
+        return list(self._families.values())
+
+    def names(self) -> list[str]:
+        return list(self._families)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._families
+
+    def variant(self, variant_id: str) -> Variant:
+        """Look a variant up by id (``family/tag``) among the families' default grids."""
+        family_name = variant_id.split("/", 1)[0]
+        family = self.family(family_name)
+        for variant in family.variants():
+            if variant.id == variant_id:
+                return variant
+        raise _unknown("variant", variant_id, (v.id for v in family.variants()))
+
+
+def builtin_registry() -> Registry:
+    """The families matprobe ships. Each module lists its own; nothing is imported
+    that the machine cannot run (a missing torch/triton is a capability reason)."""
+    from matprobe.variants import numpy_ref, torch_ref, triton_gemv
+
+    return Registry([*torch_ref.FAMILIES, *numpy_ref.FAMILIES, *triton_gemv.FAMILIES])

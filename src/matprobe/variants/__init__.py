@@ -1,0 +1,1 @@
+"""The kernel variant families matprobe ships (see ``harness.variants.builtin_registry``)."""

@@ -1,0 +1,77 @@
+"""Triton kernel of the ``triton.gemv_nt`` family (imported only by its builder).
+
+``y[b, 0, :] = alpha * (W[b] @ x[b, 0, :]) + beta * C0[b, 0, :] + bias`` with W
+stored ``[batch, n, k]`` (the weight layout, tB = 1). Each program computes
+BLOCK_N outputs of one batch entry, walking K in BLOCK_K tiles; products are
+summed in fp32 and the whole epilogue runs in fp32 before one cast on store.
+
+Kept in its own module so that importing ``matprobe.variants.triton_gemv``
+never imports triton, and so that the family can fingerprint this file's text.
+"""
+
+import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
+import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def gemv_nt_kernel(  # type: ignore[no-untyped-def]
+    x_ptr,  # [batch, 1, k] activations (A viewed as [batch, m, k])
+    w_ptr,  # [batch, n, k] weights
+    c0_ptr,  # [batch, 1, n], read only when HAS_C0
+    bias_ptr,  # [n], read only when HAS_BIAS
+    out_ptr,  # [batch, 1, n]
+    n,
+    k,
+    stride_xb,
+    stride_xk,
+    stride_wb,
+    stride_wn,
+    stride_wk,
+    stride_cb,
+    stride_cn,
+    stride_bias,
+    stride_ob,
+    stride_on,
+    alpha,
+    beta,
+    HAS_C0: tl.constexpr,  # noqa: N803
+    HAS_BIAS: tl.constexpr,  # noqa: N803
+    BLOCK_N: tl.constexpr,  # noqa: N803
+    BLOCK_K: tl.constexpr,  # noqa: N803
+) -> None:
+    pid_n = tl.program_id(0)
+    # Batch and row-block bases in int64: batch · n · k may pass 2**31 elements.
+    pid_b = tl.program_id(1).to(tl.int64)
+    row0 = pid_n * BLOCK_N
+    rows = tl.arange(0, BLOCK_N)  # local to the block: small int32 offsets
+    offs_n = row0 + rows
+    mask_n = offs_n < n
+    offs_k = tl.arange(0, BLOCK_K)
+
+    x_base = x_ptr + pid_b * stride_xb
+    w_base = w_ptr + pid_b * stride_wb + row0.to(tl.int64) * stride_wn
+    w_rows = w_base + rows[:, None] * stride_wn
+
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, k, BLOCK_K):
+        ks = k0 + offs_k
+        mask_k = ks < k
+        x = tl.load(x_base + ks * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
+        w = tl.load(
+            w_rows + ks[None, :] * stride_wk,
+            mask=mask_n[:, None] & mask_k[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        acc += tl.sum(w * x[None, :], axis=1)
+
+    # Epilogue, all in fp32: alpha scaling, then beta * C0, then the bias
+    # (the order matprobe.harness.inputs.reference documents).
+    acc = acc * alpha
+    if HAS_C0:
+        c0 = tl.load(c0_ptr + pid_b * stride_cb + offs_n * stride_cn, mask=mask_n, other=0.0)
+        acc += beta * c0.to(tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=mask_n, other=0.0)
+        acc += bias.to(tl.float32)
+    out = acc.to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + pid_b * stride_ob + offs_n * stride_on, out, mask=mask_n)

@@ -1,0 +1,65 @@
+"""The vendor baseline: PyTorch's own matmul calls (cuBLAS/cuBLASLt on CUDA, the
+CPU BLAS on the CPU) — the figure every other variant is compared with."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from matprobe.harness.device import DeviceInfo
+from matprobe.harness.inputs import MatmulInputs
+from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.spec import MatmulSpec
+
+
+def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
+    if (
+        device.kind == "cpu"
+        and spec.dtype in ("f16", "bf16")
+        and (spec.k or 0) * (spec.n_total or 0) * (spec.batch or 1) > 2**28
+    ):
+        return "too large for a half-precision matmul on the CPU"
+    return None
+
+
+@variant_family(
+    name="torch.matmul",
+    ops=("matmul", "matmul_bias_add", "matmul_alpha_beta"),
+    devices=("cuda", "cpu"),
+    supports=_supports,
+    baseline=True,
+    peer=True,
+    requires=("torch",),
+)
+def torch_matmul(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+    """torch.matmul / addmm / baddbmm with out=: the call a PyTorch engine makes."""
+    import torch
+
+    alpha, beta = spec.alpha_value, spec.beta_value
+    two_d = spec.batch == 1
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        a, b = inputs.a_mk(), inputs.b_kn()
+        if inputs.c0 is not None:
+            # β·C₀ + α·A·B in one call; a bias on top is a second kernel.
+            torch.baddbmm(inputs.c0, a, b, beta=beta, alpha=alpha, out=out)
+            if inputs.bias is not None:
+                out.add_(inputs.bias)
+        elif inputs.bias is not None and alpha == 1.0:
+            if two_d:  # cuBLASLt's bias epilogue
+                torch.addmm(inputs.bias, a[0], b[0], out=out[0])
+            else:
+                torch.baddbmm(inputs.bias, a, b, out=out)
+        elif inputs.bias is not None:
+            torch.baddbmm(inputs.bias, a, b, beta=1.0, alpha=alpha, out=out)
+        elif alpha != 1.0:
+            torch.baddbmm(out, a, b, beta=0.0, alpha=alpha, out=out)  # β = 0: out not read
+        elif two_d:
+            torch.mm(a[0], b[0], out=out[0])
+        else:
+            torch.bmm(a, b, out=out)
+
+    return run
+
+
+FAMILIES: tuple[VariantFamily, ...] = (torch_matmul,)

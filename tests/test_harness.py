@@ -1,0 +1,346 @@
+"""The harness on the CPU: validation against cheaters, planning, caching and
+invalidation, worker isolation, interruption, reports."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
+
+import fake_variants  # noqa: E402
+from matprobe.harness.device import DeviceInfo  # noqa: E402
+from matprobe.harness.inputs import make_inputs, reference, shapes  # noqa: E402
+from matprobe.harness.measure import PairContext, classify, measure_pair_safely  # noqa: E402
+from matprobe.harness.report import (  # noqa: E402
+    build_report,
+    render_markdown,
+    render_terminal,
+    to_csv,
+    to_json,
+)
+from matprobe.harness.results import ErrorKind, Status  # noqa: E402
+from matprobe.harness.runner import PairState, execute, make_plan  # noqa: E402
+from matprobe.harness.store import ResultStore  # noqa: E402
+from matprobe.harness.timing import TimingPolicy  # noqa: E402
+from matprobe.harness.validate import compare, tolerance  # noqa: E402
+from matprobe.harness.variants import Variant  # noqa: E402
+from matprobe.harness.worker import Task, run_tasks  # noqa: E402
+from matprobe.spec import BackendTiming, MatmulSpec, Provenance  # noqa: E402
+from matprobe.stats import Stats  # noqa: E402
+
+CPU = DeviceInfo(kind="cpu", name="test-cpu")
+FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.01, host_samples=3)
+FACTORY = "fake_variants:registry"
+REGISTRY = fake_variants.registry()
+
+
+def spec_of(**fields: Any) -> MatmulSpec:
+    base: dict[str, Any] = {"op": "matmul", "batch": 1, "m": 1, "n": 37, "k": 29,
+                            "tA": False, "tB": True, "dtype": "f32"}
+    base.update(fields)
+    return MatmulSpec(**base)
+
+
+def variant(name: str, **params: Any) -> Variant:
+    family = REGISTRY.family(name)
+    if not params:
+        return family.variants()[0]
+    return Variant(family, tuple((k, params[k]) for k in family.grid))
+
+
+def measure(spec: MatmulSpec, v: Variant, policy: TimingPolicy = FAST) -> Any:
+    return measure_pair_safely(spec, v, PairContext(CPU, policy))
+
+
+# ---- inputs and validation --------------------------------------------------------
+
+
+def SPEC_IDS(s: MatmulSpec) -> str:  # noqa: N802 - reads as a constant in decorators
+    return f"{s.kind}-{s.dtype}-{s.batch}x{s.m}x{s.n}x{s.k}"
+
+
+SPECS = [
+    spec_of(),
+    spec_of(m=3, n=5, k=123, tA=True, tB=False, dtype="f16"),
+    spec_of(op="matmul_bias_add", n=151, k=7, dtype="bf16"),
+    spec_of(op="matmul_alpha_beta", batch=3, m=2, n=11, k=64, alpha=0.125, beta=0.5,
+            accumulate=True, strided_batch=True),
+    spec_of(op="matmul_alpha_beta", batch=14, n=64, k=1, tB=False, alpha=1.0, beta=0.0),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+def test_inputs_layouts_and_scale(spec: MatmulSpec) -> None:
+    inputs = make_inputs(spec, 7)
+    dims = shapes(spec)
+    assert tuple(inputs.a.shape) == dims["a"] and tuple(inputs.b.shape) == dims["b"]
+    assert (inputs.bias is not None) == spec.has_bias
+    assert (inputs.c0 is not None) == spec.reads_c0
+    ref = reference(inputs)
+    assert ref.shape == dims["out"] and ref.dtype == torch.float64
+    # Sums stay O(1) whatever K is, and no input is exactly zero.
+    assert float(ref.abs().max()) < 5.0
+    assert all(int((t == 0).sum()) == 0 for t in inputs.tensors())
+    # Same seed, same values; another seed, other values.
+    assert torch.equal(make_inputs(spec, 7).b, inputs.b)
+    assert not torch.equal(make_inputs(spec, 8).b, inputs.b)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
+@pytest.mark.parametrize("name", ["fake.exact", "fake.m1_only"])
+def test_correct_variants_pass_and_are_timed(spec: MatmulSpec, name: str) -> None:
+    v = variant(name)
+    reason = v.unsupported_reason(spec, CPU)
+    if reason is not None:
+        assert name == "fake.m1_only" and (spec.m != 1 or spec.kind != "matmul")
+        return
+    result = measure(spec, v)
+    assert result.status is Status.PASS, result.reason
+    assert result.metrics is not None and result.metrics.trials == 3
+    assert result.metrics.norm_rel <= result.metrics.tol_norm
+    assert result.clocks.device is not None and result.clocks.device.n >= 3
+    assert result.clocks.host is not None
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("cheat.zeros", "norm-wise error"),
+        ("cheat.half", "NaN/Inf"),
+        ("cheat.previous", "trial 2/3"),
+        ("cheat.first_seed", "trial 2/3"),
+        ("cheat.one_element", "error"),
+        ("cheat.sloppy", "norm-wise error"),  # 1e-3 relative: fine for bf16, not for f32
+    ],
+)
+@pytest.mark.parametrize("spec", [spec_of(n=300, k=96), spec_of(op="matmul_alpha_beta", batch=2,
+                                                                 n=150, k=33, alpha=0.125)])
+def test_every_cheater_fails_loudly(name: str, needle: str, spec: MatmulSpec) -> None:
+    result = measure(spec, variant(name))
+    assert result.status is Status.FAIL
+    assert needle in result.reason
+    assert result.clocks.device is None  # a wrong kernel is never timed
+    assert result.metrics is not None
+
+
+def test_one_bad_element_is_caught_where_the_norm_misses_it() -> None:
+    spec = spec_of(n=40000, k=16, dtype="bf16")
+    result = measure(spec, variant("cheat.one_element"))
+    assert result.status is Status.FAIL
+    assert result.reason.startswith("trial 1/3: element ")
+    assert result.metrics is not None and result.metrics.norm_rel < result.metrics.tol_norm
+
+
+def test_sloppy_is_within_bf16_tolerance() -> None:
+    result = measure(spec_of(n=300, k=96, dtype="bf16"), variant("cheat.sloppy"))
+    assert result.status is Status.PASS
+
+
+@pytest.mark.parametrize(("dtype", "k"), [("f32", 1), ("f16", 896), ("bf16", 4864)])
+def test_tolerance_grows_with_sqrt_k(dtype: str, k: int) -> None:
+    small, _ = tolerance(dtype, k)
+    large, _ = tolerance(dtype, 4 * k)
+    assert small < large <= 2 * small
+
+
+def test_relative_error_uses_a_small_floor_not_one() -> None:
+    ref = torch.tensor([[[1e-3, 2e-3, 1.0]]], dtype=torch.float64)
+    out = ref.clone()
+    out[0, 0, 0] = 2e-3  # 100 % off on a small element
+    result = compare(out, ref)
+    # With a floor of 1 this would read 1e-3; a floor of 1 % of the RMS keeps it large.
+    assert result.max_rel > 0.1
+    assert result.worst_index == (0, 0, 0)
+
+
+def test_nan_in_output_is_counted() -> None:
+    ref = torch.ones((1, 1, 4), dtype=torch.float64)
+    out = ref.clone()
+    out[0, 0, 2] = math.nan
+    result = compare(out, ref)
+    assert result.nonfinite == 1 and result.failure(1.0, 1.0) is not None
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (fake_variants.CompilationError("x"), ErrorKind.COMPILE),
+        (fake_variants.OutOfMemoryError("CUDA out of memory"), ErrorKind.OOM),
+        (RuntimeError("CUDA error: an illegal memory access was encountered"), ErrorKind.CRASH),
+        (RuntimeError("out of resource: shared memory, Required: 262144, Hardware limit: "
+                      "232448"), ErrorKind.LAUNCH),
+        (ValueError("bad"), ErrorKind.EXCEPTION),
+    ],
+)
+def test_error_classification(exc: Exception, kind: ErrorKind) -> None:
+    assert classify(exc)[0] is kind
+
+
+# ---- planning, caching, invalidation -------------------------------------------------
+
+
+def test_plan_states_and_reasons(tmp_path: Path) -> None:
+    specs = [spec_of(), spec_of(m=4), spec_of(dtype="q8_0"),
+             spec_of(n=None, n0=3, n1=4, tA=None, tB=None)]
+    variants = [variant("fake.exact"), variant("fake.m1_only"), variant("fake.gpu_only")]
+    with ResultStore(tmp_path / "s.db") as store:
+        plan = make_plan(specs, variants, CPU, FAST, store)
+    reasons = {(p.spec.key(), p.variant.id): p.reason for p in plan.of(PairState.UNSUPPORTED)}
+    assert reasons[(specs[1].key(), "fake.m1_only/default")] == "needs m=1"
+    assert "not cpu" in reasons[(specs[0].key(), "fake.gpu_only/default")]
+    assert "dtype q8_0" in reasons[(specs[2].key(), "fake.exact/default")]
+    assert "layout" in reasons[(specs[3].key(), "fake.exact/default")]
+    assert len(plan.of(PairState.RUN)) == 3  # exact ×2, m1_only on spec 0
+    assert "3 to run" in plan.summary() and "9 unsupported" in plan.summary()
+
+
+def _run(store: ResultStore, specs: list[MatmulSpec], variants: list[Variant],
+         policy: TimingPolicy = FAST, force: bool = False) -> Any:
+    plan = make_plan(specs, variants, CPU, policy, store, force=force)
+    run_id = store.start_run("test", {})
+    outcome = execute(plan, store, CPU, policy, run_id=run_id, factory=FACTORY, timeout_s=60)
+    store.finish_run(run_id, "done")
+    return plan, outcome
+
+
+def test_cache_reuse_and_invalidation(tmp_path: Path) -> None:
+    spec = spec_of(op="matmul_alpha_beta", alpha=0.125)
+    exact = variant("fake.exact")
+    with ResultStore(tmp_path / "s.db") as store:
+        plan, outcome = _run(store, [spec], [exact])
+        assert outcome.fresh == 1
+        plan, outcome = _run(store, [spec], [exact])
+        assert [p.state for p in plan.pairs] == [PairState.CACHED] and outcome.fresh == 0
+        # alpha, dtype, timing policy, forced: each re-runs the pair
+        for changed, policy, force in [
+            (spec_of(op="matmul_alpha_beta", alpha=0.25), FAST, False),
+            (spec_of(op="matmul_alpha_beta", alpha=0.125, dtype="f16"), FAST, False),
+            (spec, TimingPolicy(min_samples=4, max_samples=5, budget_s=0.01, host_samples=3),
+             False),
+            (spec, FAST, True),
+        ]:
+            plan = make_plan([changed], [exact], CPU, policy, store, force=force)
+            assert plan.pairs[0].state is PairState.RUN, (changed.key(), policy)
+        # A changed kernel source changes the fingerprint: only its pairs re-run.
+        edited = fake_variants.variant_family(name="fake.exact", ops=fake_variants.ALL_OPS,
+                                              sources=("# edited",))(fake_variants.fake_exact.build)
+        plan = make_plan([spec], [Variant(edited), exact], CPU, FAST, store)
+        assert [p.state for p in plan.pairs] == [PairState.RUN, PairState.CACHED]
+
+
+def test_failures_are_cached_errors_are_retried(tmp_path: Path) -> None:
+    spec = spec_of()
+    with ResultStore(tmp_path / "s.db") as store:
+        _run(store, [spec], [variant("cheat.zeros"), variant("fake.broken", fault="raise")])
+        plan = make_plan([spec], [variant("cheat.zeros"), variant("fake.broken", fault="raise")],
+                         CPU, FAST, store)
+        assert [p.state for p in plan.pairs] == [PairState.CACHED, PairState.RUN]
+
+
+# ---- worker isolation -------------------------------------------------------------------
+
+
+def test_crashes_hangs_and_errors_cost_only_their_rows(tmp_path: Path) -> None:
+    spec = spec_of()
+    flaky = [variant("fake.flaky", mode=m) for m in ("ok", "segv", "ok", "hang", "exit")]
+    flaky[2] = Variant(flaky[0].family, (("mode", "ok"),))
+    broken = [variant("fake.broken", fault=f) for f in ("compile", "oom", "raise")]
+    tasks = [Task(i, spec, v) for i, v in enumerate(flaky)]
+    results: dict[int, Any] = {}
+    run_tasks(tasks, factory=FACTORY, device=CPU, policy=FAST, run_id=None, timeout_s=5,
+              on_start=lambda t: None, on_result=lambda t, r: results.__setitem__(t.index, r))
+    assert results[0].status is Status.PASS
+    assert results[1].status is Status.ERROR and results[1].error_kind is ErrorKind.CRASH
+    assert results[2].status is Status.PASS  # a fresh worker carried on
+    assert results[3].error_kind is ErrorKind.TIMEOUT
+    assert results[4].error_kind is ErrorKind.CRASH and "exit code 3" in results[4].reason
+    tasks = [Task(i, spec, v) for i, v in enumerate(broken)]
+    results.clear()
+    run_tasks(tasks, factory=FACTORY, device=CPU, policy=FAST, run_id=None, timeout_s=30,
+              on_start=lambda t: None, on_result=lambda t, r: results.__setitem__(t.index, r))
+    kinds = [results[i].error_kind for i in range(3)]
+    assert kinds == [ErrorKind.COMPILE, ErrorKind.OOM, ErrorKind.EXCEPTION]
+    assert "out of bounds" in results[2].reason
+
+
+def test_interrupt_keeps_finished_rows(tmp_path: Path) -> None:
+    specs = [spec_of(n=n) for n in (5, 6, 7)]
+    exact = variant("fake.exact")
+
+    def interrupted_runner(tasks: list[Task], **kw: Any) -> None:
+        first = tasks[0]
+        kw["on_result"](first, measure(first.spec, first.variant))
+        raise KeyboardInterrupt
+
+    with ResultStore(tmp_path / "s.db") as store:
+        plan = make_plan(specs, [exact], CPU, FAST, store)
+        outcome = execute(plan, store, CPU, FAST, run_id=store.start_run("t", {}),
+                          runner=interrupted_runner)
+        assert outcome.interrupted and outcome.fresh == 1
+        assert len(store.results()) == 1
+        again = make_plan(specs, [exact], CPU, FAST, store)
+        assert [p.state for p in again.pairs] == [PairState.CACHED, PairState.RUN,
+                                                  PairState.RUN]
+
+
+# ---- reports --------------------------------------------------------------------------
+
+
+def _profiled(spec: MatmulSpec, count: int, avg_ms: float) -> MatmulSpec:
+    stats = Stats(count, count * avg_ms, avg_ms, avg_ms, avg_ms, avg_ms, avg_ms)
+    return spec.with_provenance(Provenance((BackendTiming("mps", stats),), "test"))
+
+
+def test_report_ranks_only_valid_results(tmp_path: Path) -> None:
+    spec = _profiled(spec_of(n=200, k=64), count=100, avg_ms=0.3)
+    variants = [variant("fake.exact"), variant("cheat.zeros"), variant("fake.broken",
+                fault="raise"), variant("fake.gpu_only")]
+    with ResultStore(tmp_path / "s.db") as store:
+        plan, outcome = _run(store, [spec], variants)
+    report = build_report(plan, outcome, baselines={"matmul": "fake.exact"}, device=CPU,
+                          policy=FAST, tokens=10)
+    (section,) = report.sections
+    statuses = [row.result.status for row in section.rows]
+    assert statuses == [Status.PASS, Status.FAIL, Status.ERROR]
+    assert section.best_id == "fake.exact/default"
+    assert "baseline" in section.rows[0].tags and "best-device" in section.rows[0].tags
+    assert "FAIL" in section.rows[1].tags
+    assert section.unsupported == (("fake.gpu_only/default", "runs on cuda, not cpu"),)
+    text = render_terminal(report)
+    assert "✗ cheat.zeros/default: FAIL" in text
+    assert "unsupported (not failures): 1 × runs on cuda, not cpu" in text
+    markdown = render_markdown(report)
+    assert markdown.startswith("# matprobe report") and "| variant |" in markdown
+    data = json.loads(json.dumps(to_json(report)))
+    samples = data["specs"][0]["results"][0]["clocks"]["device"]["samples"]
+    assert len(samples) >= 3
+    csv_text = to_csv(report)
+    assert csv_text.splitlines()[0].startswith("spec_key,variant_id,status")
+    assert "cheat.zeros/default,fail" in csv_text
+
+
+def test_impact_uses_counts_and_tokens() -> None:
+    from matprobe.harness.report import Report, SpecSection
+
+    spec = _profiled(spec_of(), count=240, avg_ms=0.2)
+    section = SpecSection(spec, (), (), "base", "fast", baseline_us=10.0, best_us=6.0)
+    report = Report([section], CPU, FAST, "", 1, 0.0, False, tokens=10)
+    assert section.saving_us == pytest.approx(4.0)
+    assert report.impact_ms() == pytest.approx(240 * 4.0 / 1000)
+    assert "96.0 µs per token over 10 tokens" in render_terminal(report)
+
+
+@pytest.mark.parametrize("seed_n", [1, 2])
+def test_cancelling_sums_are_judged_on_the_term_scale(seed_n: int) -> None:
+    """n = 1 with a bias: an output can cancel to ~0 while its terms are O(1); plain
+    fp32 (torch's own matmul) must pass, and a wrong answer must still fail."""
+    from matprobe.variants.torch_ref import torch_matmul
+
+    spec = spec_of(op="matmul_bias_add", n=seed_n, k=300)
+    assert measure(spec, torch_matmul.variants()[0]).status is Status.PASS
+    assert measure(spec, variant("cheat.sloppy")).status is Status.FAIL

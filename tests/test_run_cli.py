@@ -1,0 +1,153 @@
+"""`matprobe run` and `matprobe variants` end to end on the CPU, and the manifest."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
+
+from matprobe.cli import main
+from matprobe.harness.manifest import ManifestError, load_manifest, parse_manifest
+from matprobe.harness.store import ResultStore
+from matprobe.harness.variants import builtin_registry
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out)
+    return code, out.getvalue()
+
+
+def test_run_on_the_cpu_then_cached(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "r.sqlite"
+    args = ["run", "--device", "cpu", "--db", str(db), "--op", "matmul_bias_add",
+            "--variants", "torch.*", "numpy.*", "--out", str(tmp_path / "rep")]
+    code, text = run(*args)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "2 to run, 0 cached" in err
+    assert "== op=matmul_bias_add | batch=1 | m=1 | n=1152 | k=896" in text
+    assert "torch.matmul/default" in text and "[baseline]" in text
+    assert "2280 calls in the profile" in text
+    for name in ("report.txt", "report.md", "report.json", "report.csv"):
+        assert (tmp_path / "rep" / name).stat().st_size > 0
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    (spec,) = data["specs"]
+    assert {r["status"] for r in spec["results"]} == {"pass"}
+    assert all(r["clocks"]["device"]["samples"] for r in spec["results"])
+    code, text = run(*args)
+    assert code == 0
+    assert "0 to run, 2 cached" in capsys.readouterr().err
+    with ResultStore(db) as store:
+        assert [r.status for r in store.runs()] == ["done", "done"]
+        assert len(store.results()) == 2
+
+
+def test_run_json_to_stdout_and_model_specs(tmp_path: Path) -> None:
+    code, text = run("run", "--device", "cpu", "--db", str(tmp_path / "r.sqlite"), "--model",
+                     "qwen2.5-0.5b", "--context", "16", "--op", "matmul_alpha_beta",
+                     "--variants", "torch.matmul", "--json", "-")
+    assert code == 0
+    data = json.loads(text[text.index("{\n"):])
+    assert {s["spec"]["provenance"]["count"] for s in data["specs"]} == {24}
+    assert {s["spec"]["batch"] for s in data["specs"]} == {14}
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["run", "--variants", "nope.*"], "no variant matches"),
+        (["run", "--op", "nope"], "no specs to run"),
+        (["run", "--device", "cpu", "--db", "/proc/forbidden/x.sqlite"], "matprobe: error:"),
+    ],
+)
+def test_run_user_errors(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_run_rejects_a_store_that_is_not_one(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("not a database\n" * 100)
+    before = bogus.read_bytes()
+    assert main(["run", "--device", "cpu", "--db", str(bogus), "--op", "matmul_bias_add"]) == 2
+    assert "not a matprobe result store" in capsys.readouterr().err
+    assert bogus.read_bytes() == before
+
+
+def test_variants_listing_and_support(capsys: pytest.CaptureFixture[str]) -> None:
+    code, text = run("variants")
+    assert code == 0
+    assert "torch.matmul [baseline, peer]" in text
+    assert "triton.gemv_nt/bn64_bk128_w4  (enabled" in text
+    code, text = run("variants", "--device", "cpu", "--spec",
+                     "op=matmul | batch=1 | m=4 | n=64 | k=64 | tA=0 | tB=1")
+    assert "triton.gemv_nt/bn64_bk128_w4" in text and "unsupported: needs m=1" in text
+    assert "torch.matmul/default  (enabled" in text and ": supported" in text
+
+
+# ---- manifest ---------------------------------------------------------------------------
+
+
+def test_default_manifest_loads_and_selects() -> None:
+    registry = builtin_registry()
+    manifest = load_manifest(None, registry)
+    ids = {v.id for v in manifest.variants(registry)}
+    assert "torch.matmul/default" in ids and "triton.gemv_nt/bn128_bk256_w4" in ids
+    assert manifest.baseline_for("matmul", registry) == "torch.matmul"
+    only = {v.id for v in manifest.variants(registry, ["triton.*"])}
+    assert only and all(i.startswith("triton.") for i in only)
+
+
+def test_manifest_overrides_grid_exclude_and_disable(tmp_path: Path) -> None:
+    registry = builtin_registry()
+    path = tmp_path / "m.toml"
+    path.write_text(
+        '[families."triton.gemv_nt"]\ngrid = { bn = [32], bk = [64, 512] }\n'
+        'exclude = ["triton.gemv_nt/bn32_bk512_w4"]\n'
+        '[families."numpy.matmul"]\nenabled = false\n'
+        '[baseline]\nmatmul = "triton.gemv_nt/bn64_bk128_w4"\n'
+    )
+    manifest = load_manifest(path, registry)
+    ids = [v.id for v in manifest.variants(registry)]
+    assert "triton.gemv_nt/bn32_bk64_w4" in ids
+    assert "triton.gemv_nt/bn32_bk512_w4" not in ids
+    assert not any(i.startswith("numpy.") for i in ids)
+    assert manifest.baseline_for("matmul", registry) == "triton.gemv_nt/bn64_bk128_w4"
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"famillies": {}}, "famillies"),
+        ({"families": {"triton.gemv": {}}}, "families.triton.gemv"),
+        ({"families": {"triton.gemv_nt": {"grdi": {}}}}, "families.triton.gemv_nt.grdi"),
+        ({"families": {"triton.gemv_nt": {"grid": {"bm": [1]}}}},
+         "families.triton.gemv_nt.grid.bm"),
+        ({"families": {"triton.gemv_nt": {"enabled": "yes"}}}, "families.triton.gemv_nt.enabled"),
+        ({"baseline": {"matmull": "torch.matmul"}}, "baseline.matmull"),
+        ({"baseline": {"matmul": "torch.mm"}}, "baseline.matmul"),
+    ],
+)
+def test_bad_manifest_names_the_key(data: dict[str, object], key: str) -> None:
+    with pytest.raises(ManifestError) as exc:
+        parse_manifest(data, "m.toml", builtin_registry())
+    assert f"m.toml: {key}:" in str(exc.value)
+
+
+def test_unknown_family_suggests_the_close_name() -> None:
+    with pytest.raises(ManifestError, match=r"did you mean triton\.gemv_nt"):
+        parse_manifest({"families": {"triton.gemv_tn": {}}}, "m.toml", builtin_registry())
+
+
+def test_manifest_that_is_not_toml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text("[families\n")
+    assert main(["run", "--device", "cpu", "--manifest", str(path)]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
