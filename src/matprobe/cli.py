@@ -221,12 +221,17 @@ def _run_specs(args: argparse.Namespace) -> tuple[list[MatmulSpec], str, list[st
 
 
 def _infer_tokens(specs: Sequence[MatmulSpec]) -> int | None:
-    """Tokens in a profiled run: the lm_head (the widest batch-1 matmul) runs once a token."""
-    gemvs = [s for s in specs if s.batch == 1 and s.m == 1 and s.n_total and s.provenance]
-    if not gemvs:
+    """Tokens in a profiled run: the lm_head — the widest batch-1 GEMV — runs once a
+    token while the per-layer GEMVs run once a layer. None when the profile does not
+    show that pattern (then per-token figures need --tokens)."""
+    gemvs = [s for s in specs if s.batch == 1 and s.m == 1 and s.n_total and s.provenance
+             and s.provenance.count]
+    if len(gemvs) < 2:
         return None
+    counts = [s.provenance.count for s in gemvs if s.provenance]
     widest = max(gemvs, key=lambda s: s.n_total or 0)
-    return widest.provenance.count if widest.provenance else None
+    tokens = widest.provenance.count if widest.provenance else 0
+    return tokens if tokens == min(counts) < max(counts) else None
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
@@ -244,6 +249,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     specs, source, warnings = _run_specs(args)
     for warning in warnings:
         _warn(warning)
+    tokens = args.tokens or (1 if args.model else _infer_tokens(specs))
     specs = [s for s in specs if _matches_op(s, args.op)]
     if not specs:
         raise MatprobeError("no specs to run (check --op)")
@@ -278,11 +284,16 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         store.finish_run(run_id, "interrupted" if outcome.interrupted else "done")
     baselines = {op: manifest.baseline_for(op, registry) for op in {s.kind for s in specs}}
     report = build_report(plan, outcome, baselines=baselines, device=device, policy=policy,
-                          peaks=peaks, tokens=args.tokens or _infer_tokens(specs), source=source)
+                          peaks=peaks, tokens=tokens, source=source)
     if device.kind == "cuda":
-        held = throttling(gpu_clock_state()) + throttling(clocks_before)
-        if held:
-            report.notes.append(f"WARNING: GPU clocks throttled ({', '.join(sorted(set(held)))})")
+        clocks_after = gpu_clock_state()
+        held = sorted(set(throttling(clocks_before) + throttling(clocks_after)))
+        sm = "clocks.sm"
+        if clocks_before or clocks_after:
+            report.notes.append(
+                f"SM clock {clocks_before.get(sm, '?')} before, {clocks_after.get(sm, '?')} "
+                f"after (max {clocks_after.get('clocks.max.sm', '?')}); "
+                + (f"WARNING: throttled ({', '.join(held)})" if held else "no throttling"))
     if device.kind == "cpu":
         report.notes.append("CPU run: times are wall-clock on this CPU; Triton variants run in "
                             "the interpreter and are validated, not timed")
@@ -366,6 +377,19 @@ def cmd_synth_profile(args: argparse.Namespace, out: TextIO) -> int:
 # ---- wiring ------------------------------------------------------------------------
 
 
+def _add_spec_source(p: argparse.ArgumentParser) -> None:
+    """Where specs come from: a profile (default: the built-in one) or a model config."""
+    p.add_argument("profile", metavar="PROFILE", nargs="?",
+                   help="JSONL profile or text summary (default: the built-in profile)")
+    p.add_argument("--model", metavar="NAME",
+                   help="one decode step of a model config instead ('--model list' names them)")
+    p.add_argument("--context", type=_positive, default=128, metavar="L",
+                   help="attention context length for --model (default 128)")
+    p.add_argument("--dtype", choices=DTYPES,
+                   help="weight format for --model (default f16), or the dtype of profile "
+                   "specs that do not state one")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="matprobe",
@@ -403,15 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
         "production time, or of one decode step of a named model (--model). With neither, "
         "the built-in Qwen2.5-0.5B decode profile.",
     )
-    p.add_argument("profile", metavar="PROFILE", nargs="?",
-                   help="JSONL profile or text summary (default: the built-in profile)")
-    p.add_argument("--model", metavar="NAME",
-                   help="derive shapes from a model config instead ('list' names them)")
-    p.add_argument("--context", type=_positive, default=128, metavar="L",
-                   help="attention context length for --model (default 128)")
-    p.add_argument("--dtype", choices=DTYPES,
-                   help="weight format: for --model (default f16), or filling in a "
-                   "profile's unknown dtype")
+    _add_spec_source(p)
     p.add_argument("--no-fuse-qkv", action="store_true",
                    help="--model: separate Q, K, V projections")
     p.add_argument("--no-fuse-gate-up", action="store_true",
@@ -432,13 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stored (SQLite) and reused while the spec, the variant's source and parameters, the "
         "device and the timing policy are unchanged.",
     )
-    p.add_argument("profile", metavar="PROFILE", nargs="?",
-                   help="JSONL profile or text summary (default: the built-in profile)")
-    p.add_argument("--model", metavar="NAME", help="specs of one decode step of a model instead")
-    p.add_argument("--context", type=_positive, default=128, metavar="L",
-                   help="attention context for --model (default 128)")
-    p.add_argument("--dtype", choices=DTYPES,
-                   help="dtype for --model, or for profile specs that do not state one")
+    _add_spec_source(p)
     p.add_argument("--variants", nargs="+", metavar="GLOB",
                    help="only variants whose id or family matches (e.g. 'triton.*')")
     p.add_argument("--op", action="append", metavar="OP", help="only specs of this op")

@@ -341,6 +341,25 @@ def _impact_total(report: Report) -> str:
     return text + " (device clock, best validated variant vs baseline)"
 
 
+SUMMARY_HEADERS = ["shape", "count", "best variant", "best µs", "baseline µs", "speed-up",
+                   "pass", "fail", "error", "unsupported"]
+
+
+def _summary_rows(report: Report) -> list[list[str]]:
+    """One line a spec: who wins, by how much, and how many variants did what."""
+    rows = []
+    for s in report.sections:
+        statuses = [row.result.status for row in s.rows]
+        speedup = (f"{s.baseline_us / s.best_us:.2f}×" if s.baseline_us and s.best_us else "-")
+        rows.append([
+            short_label(s.spec), str(s.count), s.best_id or "-", _us(s.best_us),
+            _us(s.baseline_us), speedup, str(statuses.count(Status.PASS)),
+            str(statuses.count(Status.FAIL)), str(statuses.count(Status.ERROR)),
+            str(len(s.unsupported)),
+        ])
+    return rows
+
+
 def render_terminal(report: Report) -> str:
     out = _header_lines(report)
     for section in report.sections:
@@ -357,6 +376,9 @@ def render_terminal(report: Report) -> str:
         out.extend(_notes(section))
         if line := _unsupported_line(section):
             out.append(line)
+    out.append("")
+    out.append("Summary (device clock):")
+    out.append(_table(SUMMARY_HEADERS, _summary_rows(report)))
     out.append("")
     out.append("Impact (call count × (baseline − best validated variant), device clock):")
     impact = _impact_rows(report)
@@ -393,6 +415,7 @@ def render_markdown(report: Report) -> str:
         out += [f"- {line.strip()}" for line in _notes(section)]
         if line := _unsupported_line(section):
             out += ["", f"- {line.strip()}"]
+    out += ["", "## Summary", "", _md_table(SUMMARY_HEADERS, _summary_rows(report))]
     impact = _impact_rows(report)
     out += ["", "## Impact", ""]
     if impact:
