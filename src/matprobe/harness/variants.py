@@ -245,6 +245,14 @@ class Registry:
 def builtin_registry() -> Registry:
     """The families matprobe ships. Each module lists its own; nothing is imported
     that the machine cannot run (a missing torch/triton is a capability reason)."""
-    from matprobe.variants import numpy_ref, torch_ref, triton_gemv
+    from matprobe.variants import (
+        numpy_ref,
+        torch_compile,
+        torch_ref,
+        triton_gemm,
+        triton_gemv,
+        triton_gemv_tn,
+    )
 
-    return Registry([*torch_ref.FAMILIES, *numpy_ref.FAMILIES, *triton_gemv.FAMILIES])
+    modules = (torch_ref, numpy_ref, torch_compile, triton_gemv, triton_gemv_tn, triton_gemm)
+    return Registry([family for module in modules for family in module.FAMILIES])

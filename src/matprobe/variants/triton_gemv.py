@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 NAME = "triton.gemv_nt"
 
+#: K loops up to this many tiles are unrolled at compile time (the shape is fixed).
+MAX_UNROLLED_TILES = 16
+
 #: The kernel's source, read without importing it (part of the fingerprint).
 KERNELS_SOURCE: str = (
     Path(__file__).with_name("_triton_gemv_kernels.py").read_text(encoding="utf-8")
@@ -69,7 +72,9 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
     devices=("cuda", "cpu"),
     supports=_supports,
-    grid={"bn": (64, 128), "bk": (128, 256), "w": (4,)},
+    # Measured on an H200 (BENCHMARKS.md): 1–8 rows a program with K in one or two
+    # tiles beat wide row blocks on every decode GEMV; 64–128 rows starve the SMs.
+    grid={"bn": (1, 2, 4, 8), "bk": (128, 1024), "w": (4,)},
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,
@@ -95,11 +100,17 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
     bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
     has_c0, has_bias = spec.reads_c0, spec.has_bias
     launch = gemv_nt_kernel[(-(-n // bn), batch)]
+    k_tiles = -(-k // bk)
     constants: dict[str, Any] = {
         "HAS_C0": has_c0,
         "HAS_BIAS": has_bias,
         "BLOCK_N": bn,
         "BLOCK_K": bk,
+        "K_TILES": k_tiles,
+        "EVEN_K": k % bk == 0,
+        "EVEN_N": n % bn == 0,
+        # Unrolled up to 16 tiles; beyond that the code grows for no gain.
+        "UNROLL": k_tiles <= MAX_UNROLLED_TILES,
         "num_warps": warps,
     }
     on_cuda = device.kind == "cuda"
