@@ -48,11 +48,14 @@ def main() -> None:
     target, grid_text, *names = sys.argv[1:]
     module_name, attr = target.split(":")
     family = getattr(importlib.import_module(module_name), attr)
-    grid = json.loads(grid_text)
+    if isinstance(family, tuple):  # a module's FAMILIES: its first family
+        family = family[0]
+    grid = json.loads(grid_text) or None  # {}: the family's default grid
     names = names or ["gate_up", "down", "o_proj", "qkv", "lm_head"]
     device = detect("cuda")
     ctx = PairContext(device, TimingPolicy(budget_s=0.1))
-    print(f"# {device.name} {device.versions} family {family.name} grid {grid}")
+    print(f"# {device.name} {device.versions} family {family.name} "
+          f"grid {grid or dict(family.grid)}")
     for name in names:
         spec = MatmulSpec.parse(SHAPES[name])
         base = measure_pair_safely(spec, torch_matmul.variants()[0], ctx)

@@ -160,3 +160,12 @@ def test_tokens_are_inferred_from_the_lm_head_only_when_it_fits() -> None:
     assert _infer_tokens(load_specs().specs) == 95  # lm_head 95 calls, the rest 2280
     qkv_only = [s for s in load_specs().specs if s.op == "matmul_bias_add"]
     assert _infer_tokens(qkv_only) is None
+
+
+def test_disabled_family_runs_only_when_named() -> None:
+    registry = builtin_registry()
+    manifest = load_manifest(None, registry)
+    assert not any(v.family.name == "torch.compile" for v in manifest.variants(registry))
+    assert not any(v.family.name == "torch.compile" for v in manifest.variants(registry, ["*"]))
+    named = manifest.variants(registry, ["torch.compile"])
+    assert [v.id for v in named] == ["torch.compile/default"]

@@ -56,11 +56,13 @@ class Manifest:
 
     def variants(self, registry: Registry, patterns: Sequence[str] | None = None) -> list[Variant]:
         """Every enabled variant, optionally only those whose id or family name
-        matches one of the glob ``patterns``."""
+        matches one of the glob ``patterns``. A disabled family runs only when a
+        pattern names it (starts with its name): ``--variants torch.compile``."""
         selected: list[Variant] = []
         for family in registry.families():
             config = self.families.get(family.name, FamilyConfig())
-            if not config.enabled:
+            named = any(p.startswith(family.name) for p in patterns or ())
+            if not config.enabled and not named:
                 continue
             for variant in family.variants(config.grid):
                 if variant.id in config.exclude:

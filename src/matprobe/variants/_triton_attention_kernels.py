@@ -1,0 +1,243 @@
+"""Triton kernels of the ``triton.attn_bmv`` family (imported only by its builder).
+
+Both compute ``out[b, 0, :] = alpha * (A[b, 0, :] @ B[b]) + beta * C0[b, 0, :] + bias``
+for every batch entry (attention head) in ONE launch, with m = 1:
+
+* ``attn_scores_kernel`` — B stored ``[batch, n, k]`` (tB = 1: the K cache,
+  n = context L keys, k = head_dim). A program owns BLOCK_N keys of one head:
+  it loads their ``[BLOCK_N, BLOCK_K]`` tile (coalesced along head_dim) and
+  the query once, and reduces along head_dim. head_dim is a compile-time
+  constant K, so for K <= BLOCK_K there is no loop at all.
+* ``attn_values_kernel`` — B stored ``[batch, k, n]`` (tB = 0: the V cache,
+  k = context L rows, n = head_dim). A program owns BLOCK_K rows of L and
+  BLOCK_N columns of one head: ONE ``[BLOCK_K, BLOCK_N]`` tile load (coalesced
+  along head_dim), a column sum, no loop. When L needs more than one chunk
+  (SPLIT_P2 > 1) each program stores its fp32 partial to a workspace and bumps
+  a per-(head, column block) counter; the program that arrives last sums the
+  partials in chunk order (deterministic), applies the epilogue, stores the
+  output and resets the counter to 0 for the next launch.
+
+All sums are fp32; the epilogue runs in fp32 before one cast on store. C0 and
+the bias are loaded before the reduction so their latency overlaps it.
+Kept in its own module so that importing ``matprobe.variants.triton_attention``
+never imports triton, and so that the family can fingerprint this file's text.
+"""
+
+import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
+import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def _epilogue_terms(  # type: ignore[no-untyped-def]
+    pid_b,
+    offs_n,
+    mask_n,
+    c0_ptr,
+    bias_ptr,
+    stride_cb,
+    stride_cn,
+    stride_bias,
+    beta,
+    HAS_C0: tl.constexpr,  # noqa: N803
+    HAS_BIAS: tl.constexpr,  # noqa: N803
+    BLOCK_N: tl.constexpr,  # noqa: N803
+):
+    """(beta·C0, bias) for the outputs ``offs_n`` of batch ``pid_b``, fp32 (zeros when absent)."""
+    c0_term = tl.zeros([BLOCK_N], dtype=tl.float32)
+    bias_term = tl.zeros([BLOCK_N], dtype=tl.float32)
+    if HAS_C0:
+        # Always masked: 1 predicate for a few dozen elements, not worth a branch.
+        c0 = tl.load(c0_ptr + pid_b * stride_cb + offs_n * stride_cn, mask=mask_n, other=0.0)
+        c0_term = beta * c0.to(tl.float32)
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=mask_n, other=0.0)
+        bias_term = bias.to(tl.float32)
+    return c0_term, bias_term
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def _finish(  # type: ignore[no-untyped-def]
+    acc,
+    c0_term,
+    bias_term,
+    alpha,
+    out_ptr,
+    pid_b,
+    offs_n,
+    mask_n,
+    stride_ob,
+    stride_on,
+    MASK_N: tl.constexpr,  # noqa: N803
+) -> None:
+    # The order matprobe.harness.inputs.reference documents: alpha scaling,
+    # then beta * C0, then the bias — all fp32, one cast on store.
+    res = acc * alpha + c0_term + bias_term
+    out = res.to(out_ptr.dtype.element_ty)
+    out_ptrs = out_ptr + pid_b * stride_ob + offs_n * stride_on
+    if MASK_N:
+        tl.store(out_ptrs, out, mask=mask_n)
+    else:
+        tl.store(out_ptrs, out)
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def attn_scores_kernel(  # type: ignore[no-untyped-def]
+    q_ptr,  # [batch, 1, K] (A viewed as [batch, m, k])
+    k_ptr,  # [batch, n, K] (B stored [batch, n, k], tB = 1)
+    c0_ptr,  # [batch, 1, n], read only when HAS_C0
+    bias_ptr,  # [n], read only when HAS_BIAS
+    out_ptr,  # [batch, 1, n]
+    n,
+    stride_qb,
+    stride_qk,
+    stride_kb,
+    stride_kn,
+    stride_kk,
+    stride_cb,
+    stride_cn,
+    stride_bias,
+    stride_ob,
+    stride_on,
+    alpha,
+    beta,
+    K: tl.constexpr,  # noqa: N803 - head_dim, fixed per model
+    HAS_C0: tl.constexpr,  # noqa: N803
+    HAS_BIAS: tl.constexpr,  # noqa: N803
+    BLOCK_N: tl.constexpr,  # noqa: N803
+    BLOCK_K: tl.constexpr,  # noqa: N803
+) -> None:
+    pid_n = tl.program_id(0)
+    # Batch and row bases in int64: batch · n · k may pass 2**31 elements.
+    pid_b = tl.program_id(1).to(tl.int64)
+    row0 = pid_n * BLOCK_N
+    rows = tl.arange(0, BLOCK_N)  # local to the block: small int32 offsets
+    offs_n = row0 + rows
+    mask_n = offs_n < n
+    offs_k = tl.arange(0, BLOCK_K)
+
+    # Epilogue operands first: their loads overlap the tile's.
+    c0_term, bias_term = _epilogue_terms(
+        pid_b, offs_n, mask_n, c0_ptr, bias_ptr, stride_cb, stride_cn, stride_bias, beta,
+        HAS_C0, HAS_BIAS, BLOCK_N,
+    )  # fmt: skip
+
+    q_base = q_ptr + pid_b * stride_qb
+    k_rows = k_ptr + pid_b * stride_kb + row0.to(tl.int64) * stride_kn + rows[:, None] * stride_kn
+    if K <= BLOCK_K:
+        # The whole head_dim in one tile: one load of K rows, one of q, one reduction.
+        if K == BLOCK_K:
+            q = tl.load(q_base + offs_k * stride_qk)
+            kt = tl.load(k_rows + offs_k[None, :] * stride_kk, mask=mask_n[:, None], other=0.0)
+        else:
+            mask_k = offs_k < K
+            q = tl.load(q_base + offs_k * stride_qk, mask=mask_k, other=0.0)
+            kt = tl.load(
+                k_rows + offs_k[None, :] * stride_kk,
+                mask=mask_n[:, None] & mask_k[None, :],
+                other=0.0,
+            )
+        acc = tl.sum(kt.to(tl.float32) * q.to(tl.float32)[None, :], axis=1)
+    else:
+        # A long row: walk it in BLOCK_K chunks, accumulating in a 2-D fp32 tile
+        # so the cross-lane reduction happens once, after the loop.
+        acc2 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + offs_k
+            mask_k = ks < K
+            q = tl.load(q_base + ks * stride_qk, mask=mask_k, other=0.0)
+            kt = tl.load(
+                k_rows + ks[None, :] * stride_kk,
+                mask=mask_n[:, None] & mask_k[None, :],
+                other=0.0,
+            )
+            acc2 += kt.to(tl.float32) * q.to(tl.float32)[None, :]
+        acc = tl.sum(acc2, axis=1)
+
+    _finish(acc, c0_term, bias_term, alpha, out_ptr, pid_b, offs_n, mask_n, stride_ob, stride_on,
+            True)  # fmt: skip
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def attn_values_kernel(  # type: ignore[no-untyped-def]
+    p_ptr,  # [batch, 1, k] (A viewed as [batch, m, k]): the probabilities
+    v_ptr,  # [batch, k, N] (B stored [batch, k, n], tB = 0)
+    c0_ptr,  # [batch, 1, N], read only when HAS_C0
+    bias_ptr,  # [N], read only when HAS_BIAS
+    out_ptr,  # [batch, 1, N]
+    ws_ptr,  # fp32 [batch * n_blocks, SPLIT_P2, BLOCK_N] partials (only when SPLIT_P2 > 1)
+    cnt_ptr,  # int32 [batch * n_blocks] arrival counters, 0 between launches
+    k,
+    split,  # chunks of BLOCK_K rows that L is cut into (grid axis 1)
+    stride_pb,
+    stride_pk,
+    stride_vb,
+    stride_vk,
+    stride_vn,
+    stride_cb,
+    stride_cn,
+    stride_bias,
+    stride_ob,
+    stride_on,
+    alpha,
+    beta,
+    N: tl.constexpr,  # noqa: N803 - head_dim, fixed per model
+    HAS_C0: tl.constexpr,  # noqa: N803
+    HAS_BIAS: tl.constexpr,  # noqa: N803
+    BLOCK_N: tl.constexpr,  # noqa: N803
+    BLOCK_K: tl.constexpr,  # noqa: N803
+    SPLIT_P2: tl.constexpr,  # noqa: N803 - next power of two >= split; 1: no reduction
+    MASK_N: tl.constexpr,  # noqa: N803 - N % BLOCK_N != 0: the last column block is ragged
+) -> None:
+    pid_n = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    pid_b = tl.program_id(2).to(tl.int64)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < N
+    row0 = pid_s * BLOCK_K
+    rows = tl.arange(0, BLOCK_K)
+    mask_k = (row0 + rows) < k
+
+    p_base = p_ptr + pid_b * stride_pb + row0.to(tl.int64) * stride_pk
+    v_base = v_ptr + pid_b * stride_vb + row0.to(tl.int64) * stride_vk
+    if SPLIT_P2 == 1:
+        c0_term, bias_term = _epilogue_terms(
+            pid_b, offs_n, mask_n, c0_ptr, bias_ptr, stride_cb, stride_cn, stride_bias, beta,
+            HAS_C0, HAS_BIAS, BLOCK_N,
+        )  # fmt: skip
+    p = tl.load(p_base + rows * stride_pk, mask=mask_k, other=0.0)
+    v_ptrs = v_base + rows[:, None] * stride_vk + offs_n[None, :] * stride_vn
+    if MASK_N:
+        v = tl.load(v_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
+    else:
+        v = tl.load(v_ptrs, mask=mask_k[:, None], other=0.0)
+    acc = tl.sum(p.to(tl.float32)[:, None] * v.to(tl.float32), axis=0)
+
+    if SPLIT_P2 == 1:
+        _finish(acc, c0_term, bias_term, alpha, out_ptr, pid_b, offs_n, mask_n, stride_ob,
+                stride_on, MASK_N)  # fmt: skip
+    else:
+        slot = pid_b * tl.cdiv(N, BLOCK_N) + pid_n
+        cols = tl.arange(0, BLOCK_N)
+        ws_slot = ws_ptr + slot * (SPLIT_P2 * BLOCK_N)
+        tl.store(ws_slot + pid_s * BLOCK_N + cols, acc)
+        # Every thread's partial is issued before the (single-thread) release
+        # of the counter: the barrier plus the release make them visible.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + slot, 1, sem="acq_rel", scope="gpu")
+        if arrived == split - 1:
+            # Last of the chunks: sum all partials in chunk order (deterministic).
+            c0_term, bias_term = _epilogue_terms(
+                pid_b, offs_n, mask_n, c0_ptr, bias_ptr, stride_cb, stride_cn, stride_bias, beta,
+                HAS_C0, HAS_BIAS, BLOCK_N,
+            )  # fmt: skip
+            chunks = tl.arange(0, SPLIT_P2)
+            parts = tl.load(
+                ws_slot + chunks[:, None] * BLOCK_N + cols[None, :],
+                mask=(chunks < split)[:, None],
+                other=0.0,
+                cache_modifier=".cg",  # from L2: written by other SMs
+            )
+            total = tl.sum(parts, axis=0)
+            _finish(total, c0_term, bias_term, alpha, out_ptr, pid_b, offs_n, mask_n, stride_ob,
+                    stride_on, MASK_N)  # fmt: skip
+            tl.store(cnt_ptr + slot, 0)  # ready for the next launch (same stream)

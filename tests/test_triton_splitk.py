@@ -1,0 +1,432 @@
+"""triton.gemv_splitk on the CPU, in the Triton interpreter, against the float64 reference."""
+
+from __future__ import annotations
+
+import os
+
+# Must precede the first import of triton (and of the kernels module): a
+# @triton.jit function decides at definition time whether it is interpreted.
+os.environ["TRITON_INTERPRET"] = "1"
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="triton.gemv_splitk tests need torch")
+pytest.importorskip("triton", reason="triton.gemv_splitk tests need triton (its interpreter)")
+
+from matprobe.errors import MatprobeError  # noqa: E402
+from matprobe.harness.device import DeviceInfo  # noqa: E402
+from matprobe.harness.inputs import (  # noqa: E402
+    MatmulInputs,
+    empty_output,
+    make_inputs,
+    reference,
+    reference_scale,
+)
+from matprobe.harness.validate import compare, tolerance  # noqa: E402
+from matprobe.harness.variants import Variant, variant_family  # noqa: E402
+from matprobe.spec import MatmulSpec  # noqa: E402
+from matprobe.variants import triton_splitk  # noqa: E402
+from matprobe.variants.triton_splitk import (  # noqa: E402
+    FAMILIES,
+    GEMV_SPLITK,
+    SplitKGemv,
+    chunk_tiles,
+    k_mode,
+    plan_split,
+)
+
+CPU = DeviceInfo(kind="cpu", name="test")
+GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)
+MODES = ("atomic", "twopass", "atomic_last")
+
+#: Epilogues: (op, alpha, beta, bias flag).
+EPILOGUES: dict[str, tuple[str, float | None, float | None, bool | None]] = {
+    "plain": ("matmul", None, None, None),
+    "bias": ("matmul_bias_add", None, None, None),
+    "alpha_beta": ("matmul_alpha_beta", 0.125, 0.5, None),
+    "alpha_beta_bias": ("matmul_alpha_beta", 0.125, 0.5, True),
+}
+
+
+def variant(mode: str, split: int = 0, bn: int = 32, bk: int = 256, w: int = 4) -> Variant:
+    grid = {"mode": (mode,), "split": (split,), "bn": (bn,), "bk": (bk,), "w": (w,)}
+    (only,) = GEMV_SPLITK.variants(grid)
+    return only
+
+
+def spec_for(
+    n: int, k: int, batch: int, dtype: str, epilogue: str, *, m: int = 1, ta: bool = False
+) -> MatmulSpec:
+    op, alpha, beta, bias = EPILOGUES[epilogue]
+    return MatmulSpec(
+        op=op, batch=batch, m=m, n=n, k=k, tA=ta, tB=True,
+        alpha=alpha, beta=beta, bias=bias, dtype=dtype,
+    )  # fmt: skip
+
+
+def assert_clean(run: SplitKGemv) -> None:
+    """Atomic modes leave their workspace (and counters) zero for the next call."""
+    if run.mode != "twopass":
+        assert not torch.any(run.workspace != 0), f"{run.mode}: workspace not reset"
+    if run.counters is not None:
+        assert not torch.any(run.counters != 0), f"{run.mode}: counters not reset"
+
+
+def check(
+    v: Variant,
+    spec: MatmulSpec,
+    inputs: MatmulInputs | None = None,
+    out: Any = None,
+    run: Any = None,
+    seed: int = 1234,
+) -> SplitKGemv:
+    """One call, judged by the harness's own bar (validate.compare / tolerance)."""
+    assert v.unsupported_reason(spec, CPU) is None
+    inputs = make_inputs(spec, seed=seed) if inputs is None else inputs
+    out = empty_output(spec, "cpu") if out is None else out
+    out.fill_(float("nan"))  # unwritten elements stay NaN and fail
+    run = v.build(spec, CPU) if run is None else run
+    assert isinstance(run, SplitKGemv)
+    run(inputs, out)
+    k = spec.k or 1
+    result = compare(out, reference(inputs), reference_scale(inputs), k)
+    problem = result.failure(*tolerance(spec.dtype or "f32", k))
+    assert problem is None, f"{v.id} {spec} plan={run.plan}: {problem}"
+    assert_clean(run)
+    return run
+
+
+# ---- correctness -------------------------------------------------------------
+
+#: (n, k, batch, bn, bk): ragged n and k, n = 1, batch > 1, EVEN_K/EVEN_N paths.
+SHAPES = [
+    (1, 1024, 1, 16, 512),
+    (37, 1100, 3, 32, 256),
+    (64, 1024, 2, 32, 512),  # every slice full, n % bn == 0: the unmasked path
+    (200, 1500, 1, 64, 512),
+]
+F32_CASES = [
+    (mode, *shape, list(EPILOGUES)[(i + j) % 4])
+    for i, mode in enumerate(MODES)
+    for j, shape in enumerate(SHAPES)
+]
+HALF_CASES = [
+    (dtype, mode, *shape, list(EPILOGUES)[(i + j + d) % 4])
+    for d, dtype in enumerate(("f16", "bf16"))
+    for i, mode in enumerate(MODES)
+    for j, shape in enumerate([SHAPES[(i + d) % 4], SHAPES[(i + d + 2) % 4]])
+]
+
+
+@pytest.mark.parametrize(("mode", "n", "k", "batch", "bn", "bk", "epilogue"), F32_CASES)
+def test_f32_matches_reference(
+    mode: str, n: int, k: int, batch: int, bn: int, bk: int, epilogue: str
+) -> None:
+    check(variant(mode, bn=bn, bk=bk), spec_for(n, k, batch, "f32", epilogue))
+
+
+@pytest.mark.parametrize(("dtype", "mode", "n", "k", "batch", "bn", "bk", "epilogue"), HALF_CASES)
+def test_half_matches_reference(
+    dtype: str, mode: str, n: int, k: int, batch: int, bn: int, bk: int, epilogue: str
+) -> None:
+    check(variant(mode, bn=bn, bk=bk), spec_for(n, k, batch, dtype, epilogue))
+
+
+#: (k, bk, split) → the kernel's (tiles per slice, slices, tiles per load, K mode),
+#: for f32 with bn = 32 (a load holds at most 32 KB: two tiles of 32×128).
+SPLITS = {
+    (1100, 128, 1): (9, 1, 1, 2),  # one slice wider than K: masked loads
+    (1100, 128, 2): (5, 2, 1, 1),  # the short last slice slides back
+    (1100, 128, 3): (3, 3, 1, 1),
+    (1100, 128, 7): (2, 5, 2, 1),  # 7 asked, 5 whole-tile slices launched
+    (1100, 128, 1000): (1, 9, 1, 1),  # more than the tiles: one tile each
+    (1100, 64, 3): (6, 3, 2, 1),  # three loads of two tiles per slice
+    (1100, 64, 1): (18, 1, 2, 2),  # nine masked loads
+    (1024, 128, 4): (2, 4, 2, 0),  # every slice full: no masks at all
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("k", "bk", "split"), list(SPLITS))
+def test_explicit_splits(mode: str, k: int, bk: int, split: int) -> None:
+    spec = spec_for(37, k, 2, "f32", "alpha_beta_bias")
+    run = check(variant(mode, split=split, bn=32, bk=bk), spec)
+    constants = run._partial_constants
+    got = (run.plan.tiles, run.plan.slices, constants["CHUNK"], constants["K_MODE"])
+    assert got == SPLITS[k, bk, split]
+    assert constants["NUM_CHUNKS"] * constants["CHUNK"] == run.plan.tiles
+
+
+@pytest.mark.parametrize(("k", "bk", "split"), [(1024, 128, 4), (1100, 128, 2), (1100, 128, 1)])
+def test_reads_no_column_past_k(k: int, bk: int, split: int) -> None:
+    """W and x sit in buffers that are NaN past column k: a kernel that reads
+    there, even to multiply by zero, returns NaN (every K mode: 0, 1, 2)."""
+    n, batch = 37, 2
+    spec = spec_for(n, k, batch, "f16", "bias")
+    base = make_inputs(spec, seed=11)
+    wide_w = torch.full((batch, n, k + 64), float("nan"), dtype=base.b.dtype)
+    wide_w[:, :, :k] = base.b
+    wide_x = torch.full((batch, 1, k + 64), float("nan"), dtype=base.a.dtype)
+    wide_x[:, :, :k] = base.a
+    inputs = replace(base, a=wide_x[:, :, :k], b=wide_w[:, :, :k])
+    check(variant("atomic_last", split=split, bn=32, bk=bk), spec, inputs)
+
+
+@pytest.mark.parametrize(
+    ("mode", "bn", "split"), [("atomic", 16, 5), ("twopass", 32, 10), ("atomic_last", 16, 5),
+                              ("atomic_last", 32, 10)],
+)  # fmt: skip
+def test_down_projection_like(mode: str, bn: int, split: int) -> None:
+    # The Qwen2.5 down projection's K with the H100 plan of bn16 / bn32 at
+    # bk256 (slices of 1024 / 512 columns, one [bn, slice] load each, the last
+    # slice sliding back), on 96 rows so the interpreter copes.
+    spec = spec_for(96, 4864, 1, "f16", "plain")
+    run = check(variant(mode, split=split, bn=bn, bk=256), spec)
+    on_h100 = plan_split(896, 4864, 1, bn, 256, 0, 132)
+    assert (
+        (run.plan.tiles, run.plan.slices) == (on_h100.tiles, on_h100.slices) == (20 // split, split)
+    )
+    assert run._partial_constants["NUM_CHUNKS"] == 1 and run._partial_constants["K_MODE"] == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_consecutive_calls_on_one_build(mode: str) -> None:
+    """The workspace is reset by each call: a second call (new inputs, same built
+    kernel, as in CUDA-graph replays) is as right as the first."""
+    spec = spec_for(37, 1100, 2, "bf16", "alpha_beta_bias")
+    v = variant(mode, split=2, bn=64, bk=256)  # 5 tiles: slices of 3 and 2
+    run = v.build(spec, CPU)
+    outs = [empty_output(spec, "cpu") for _ in range(3)]
+    for seed, out in zip((1, 2, 1), outs, strict=True):
+        check(v, spec, out=out, run=run, seed=seed)
+    assert torch.equal(outs[0], outs[2])
+    assert not torch.equal(outs[0], outs[1])
+
+
+def test_twopass_is_reproducible() -> None:
+    spec = spec_for(200, 1500, 1, "f32", "plain")
+    run = variant("twopass", split=4, bn=64, bk=128).build(spec, CPU)
+    inputs = make_inputs(spec, seed=5)
+    first, second = empty_output(spec, "cpu"), empty_output(spec, "cpu")
+    run(inputs, first)
+    run(inputs, second)
+    assert torch.equal(first, second)
+
+
+@pytest.mark.parametrize("mode", ["twopass", "atomic_last"])
+def test_ta_is_accepted_for_m1(mode: str) -> None:
+    spec = spec_for(37, 1100, 2, "f32", "alpha_beta_bias", ta=True)
+    inputs = make_inputs(spec, seed=7)
+    assert inputs.a.shape == (2, 1100, 1)  # stored [batch, k, m]
+    check(variant(mode, bn=64, bk=512), spec, inputs)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_strided_operands(mode: str) -> None:
+    """Non-contiguous x, W, C0, bias and out: the kernels follow the strides given."""
+    n, k, batch = 37, 1100, 2
+    spec = spec_for(n, k, batch, "f16", "alpha_beta_bias")
+    base = make_inputs(spec, seed=3)
+    wide_w = torch.zeros(batch, 2 * n, k + 24, dtype=base.b.dtype)
+    wide_w[:, ::2, 8 : k + 8] = base.b
+    w = wide_w[:, ::2, 8 : k + 8]  # row stride 2(k + 24), column offset 8
+    wide_x = torch.zeros(batch, 1, 2 * k, dtype=base.a.dtype)
+    wide_x[:, :, ::2] = base.a
+    wide_c0 = torch.zeros(batch, 2, 3 * n, dtype=base.a.dtype)
+    wide_c0[:, 1:, ::3] = base.c0
+    wide_bias = torch.zeros(2 * n, dtype=base.a.dtype)
+    wide_bias[1::2] = base.bias
+    x, c0 = wide_x[:, :, ::2], wide_c0[:, 1:, ::3]
+    assert not (x.is_contiguous() or w.is_contiguous() or c0.is_contiguous())
+    inputs = MatmulInputs(x, w, wide_bias[1::2], c0, base.alpha, base.beta, ta=False, tb=True)
+    wide_out = torch.full((batch, 1, 2 * n), 7.0, dtype=base.a.dtype)
+    out = wide_out[:, :, 1::2]
+    check(variant(mode, split=3, bn=16, bk=256), spec, inputs, out)
+    assert torch.all(wide_out[:, :, ::2] == 7.0), "wrote outside the output view"
+
+
+@pytest.mark.parametrize("mode", ["atomic", "atomic_last"])
+def test_writes_nothing_past_n(mode: str) -> None:
+    spec = spec_for(5, 1024, 3, "f32", "alpha_beta_bias")
+    backing = torch.full((3 * 5 + 64,), 7.0)
+    out = backing[: 3 * 5].view(3, 1, 5)
+    check(variant(mode, bn=16, bk=512), spec, out=out)
+    assert torch.all(backing[3 * 5 :] == 7.0)
+
+
+# ---- the split plan ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bn", [16, 32])
+@pytest.mark.parametrize("bk", [256, 512])
+def test_auto_split_for_the_down_projection(bn: int, bk: int) -> None:
+    plan = plan_split(896, 4864, 1, bn, bk, 0, 132)
+    assert 2 * 132 <= plan.programs(1) <= 4 * 132, plan
+    assert plan.row_blocks == -(-896 // bn) and plan.k_tiles == -(-4864 // bk)
+    # Whole tiles per slice, a power of two (one load); the slices cover K, none empty.
+    assert plan.tiles & (plan.tiles - 1) == 0
+    assert chunk_tiles(plan.tiles, bn, bk, 2) == plan.tiles
+    assert (plan.slices - 1) * plan.tiles * bk < 4864 <= plan.slices * plan.tiles * bk
+    assert plan.tiles * bk * bn * 2 == 32 * 1024  # 32 KB of fp16 W per program
+
+
+def test_chunks_and_k_modes() -> None:
+    assert chunk_tiles(1, 16, 256, 2) == 1
+    assert chunk_tiles(4, 16, 256, 2) == 4  # 32 KB: one load
+    assert chunk_tiles(4, 16, 256, 4) == 2  # f32: two loads of 32 KB
+    assert chunk_tiles(6, 16, 256, 2) == 2  # a power of two that divides the tiles
+    assert chunk_tiles(3, 16, 256, 2) == 1
+    assert chunk_tiles(1, 128, 512, 4) == 1  # one tile, whatever its size
+    assert k_mode(4096, 1024) == 0
+    assert k_mode(4864, 1024) == 1
+    assert k_mode(1100, 1152) == 2
+
+
+def test_auto_split_follows_sms_and_batch() -> None:
+    assert plan_split(896, 4864, 1, 16, 256, 0, 0) == plan_split(896, 4864, 1, 16, 256, 0, 132)
+    few = plan_split(896, 4864, 1, 16, 256, 0, 16)
+    assert few.slices < plan_split(896, 4864, 1, 16, 256, 0, 132).slices
+    # Many rows (batch 8 of 896) fill the GPU without splitting much.
+    assert plan_split(896, 4864, 8, 16, 256, 0, 132).slices <= 2
+    # The plan never exceeds the unrolled-tiles cap, even when it would like to.
+    assert plan_split(151936, 8192, 1, 16, 16, 0, 132).tiles == 64
+
+
+# ---- the wrapper's checks ----------------------------------------------------
+
+
+def test_run_rejects_mismatched_tensors() -> None:
+    spec = spec_for(5, 1024, 1, "f16", "bias")
+    run = variant("atomic_last").build(spec, CPU)
+    inputs = make_inputs(spec, seed=0)
+    with pytest.raises(ValueError, match=r"out is torch.float32, expected torch.float16"):
+        run(inputs, torch.empty(1, 1, 5))
+    with pytest.raises(ValueError, match=r"out has shape \(1, 1, 6\)"):
+        run(inputs, torch.empty(1, 1, 6, dtype=torch.float16))
+    with pytest.raises(ValueError, match="bias is missing"):
+        run(replace(inputs, bias=None), empty_output(spec, "cpu"))
+    with pytest.raises(ValueError, match="carry C0"):
+        run(replace(inputs, c0=torch.ones(1, 1, 5, dtype=torch.float16)), empty_output(spec, "cpu"))
+    with pytest.raises(ValueError, match=r"tb=True"):
+        run(replace(inputs, tb=False), empty_output(spec, "cpu"))
+    with pytest.raises(ValueError, match=r"W has shape \(1, 5, 1000\)"):
+        run(replace(inputs, b=inputs.b[:, :, :1000]), empty_output(spec, "cpu"))
+
+
+def test_build_refuses_unsupported_and_interpreter_on_gpu() -> None:
+    with pytest.raises(MatprobeError, match="split-K is for large K"):
+        variant("atomic").build(spec_for(5, 7, 1, "f32", "plain"), CPU)
+    # The interpreter is on in this process: a "GPU" build must say so, not run slowly.
+    with pytest.raises(MatprobeError, match="TRITON_INTERPRET=1 is set"):
+        variant("atomic").build(spec_for(5, 1024, 1, "f32", "plain"), GPU)
+
+
+def test_buffers_are_sized_by_the_plan() -> None:
+    spec = spec_for(37, 1100, 2, "f32", "plain")
+    twopass = variant("twopass", split=3, bk=128).build(spec, CPU)
+    assert isinstance(twopass, SplitKGemv)
+    assert tuple(twopass.workspace.shape) == (3, 2, 37) and twopass.counters is None
+    last = variant("atomic_last", bn=16).build(spec, CPU)
+    assert isinstance(last, SplitKGemv)
+    assert tuple(last.workspace.shape) == (2, 37) and tuple(last.counters.shape) == (2, 3)
+    assert last.workspace.dtype == torch.float32 and last.counters.dtype == torch.int32
+
+
+# ---- capability reasons and identity -------------------------------------------
+
+
+def test_unsupported_reasons() -> None:
+    v = variant("atomic_last")
+    ok = spec_for(123, 1100, 1, "f16", "plain")
+    assert v.unsupported_reason(ok, CPU) is None
+    assert v.unsupported_reason(replace(ok, m=2), CPU) == "needs m=1 (GEMV)"
+    assert v.unsupported_reason(replace(ok, tB=False), CPU) == "needs tB=1: W stored [n, k]"
+    assert v.unsupported_reason(replace(ok, k=1023), CPU) == "split-K is for large K (k >= 1024)"
+    assert v.unsupported_reason(replace(ok, n=0), CPU) == "empty matmul (n is 0)"
+    down = replace(ok, n=896, k=4864)
+    reason = v.unsupported_reason(down, CPU)
+    assert reason is not None and "too large for the Triton interpreter (CPU)" in reason
+    assert v.unsupported_reason(down, GPU) is None
+    assert v.unsupported_reason(replace(down, batch=14), GPU) is None
+    reason = v.unsupported_reason(replace(down, batch=70000), GPU)
+    assert reason is not None and "batch=70000 exceeds the grid's limit" in reason
+    assert "q8_0" in (v.unsupported_reason(replace(ok, dtype="q8_0"), CPU) or "")
+
+
+@pytest.mark.parametrize(
+    ("grid", "fragment"),
+    [
+        ({"mode": "reduce"}, "mode='reduce': one of twopass, atomic, atomic_last"),
+        ({"split": -1}, "split=-1: number of K slices must be an integer >= 0"),
+        ({"split": 2.5}, "split=2.5"),
+        ({"split": True}, "split=True"),
+        ({"bk": 8}, "bk=8: BLOCK_K must be a power of two >= 16"),
+        ({"bk": 96}, "bk=96"),
+        ({"bn": 24}, "bn=24: BLOCK_N must be a power of two"),
+        ({"w": 3}, "w=3: num_warps"),
+        ({"bn": 4096, "bk": 512}, "exceeds Triton's block limit"),
+        ({"split": 1, "bk": 16}, "a slice of 304 tiles exceeds the 64 unrolled tiles"),
+    ],
+)
+def test_bad_grid_values_are_refused(grid: dict[str, Any], fragment: str) -> None:
+    point: dict[str, Any] = {"mode": "atomic", "split": 0, "bn": 16, "bk": 256, "w": 4, **grid}
+    (v,) = GEMV_SPLITK.variants({name: (value,) for name, value in point.items()})
+    reason = v.unsupported_reason(spec_for(896, 4864, 1, "f16", "plain"), GPU)
+    assert reason is not None and fragment in reason
+
+
+def test_family_shape() -> None:
+    assert FAMILIES == (GEMV_SPLITK,)
+    assert GEMV_SPLITK.name == "triton.gemv_splitk"
+    assert GEMV_SPLITK.ops == {"matmul", "matmul_bias_add", "matmul_alpha_beta"}
+    assert GEMV_SPLITK.interpreted_on_cpu and not GEMV_SPLITK.baseline
+    ids = [v.id for v in GEMV_SPLITK.variants()]
+    assert len(ids) == len(set(ids)) == 12
+    assert ids[0] == "triton.gemv_splitk/modeatomic_split0_bn16_bk256_w4"
+    assert "triton.gemv_splitk/modeatomic_last_split0_bn32_bk256_w8" in ids
+    down = spec_for(896, 4864, 1, "f16", "plain")
+    assert all(v.unsupported_reason(down, GPU) is None for v in GEMV_SPLITK.variants())
+
+
+def test_fingerprint_follows_params_and_kernel_source() -> None:
+    prints = {v.fingerprint for v in GEMV_SPLITK.variants()}
+    assert len(prints) == 12
+    assert variant("atomic").fingerprint != variant("atomic", split=4).fingerprint
+    assert variant("atomic").fingerprint != variant("atomic", w=8).fingerprint
+    kernel_file = Path(triton_splitk.__file__).with_name("_triton_splitk_kernels.py")
+    assert kernel_file.read_text(encoding="utf-8") == triton_splitk.KERNELS_SOURCE
+    assert "def splitk_partial_kernel" in triton_splitk.KERNELS_SOURCE
+
+    def rebuild(source: str) -> str:
+        fam = variant_family(
+            name=GEMV_SPLITK.name, ops=GEMV_SPLITK.ops, supports=GEMV_SPLITK.supports,
+            grid=GEMV_SPLITK.grid, sources=(source,),
+        )(GEMV_SPLITK.build)  # fmt: skip
+        return fam.variants()[0].fingerprint
+
+    source = triton_splitk.KERNELS_SOURCE
+    assert rebuild(source) != rebuild(source.replace("acc * alpha", "alpha * acc"))
+
+
+def test_module_imports_without_triton() -> None:
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "from matprobe.harness.device import DeviceInfo\n"
+        "from matprobe.spec import MatmulSpec\n"
+        "from matprobe.variants.triton_splitk import FAMILIES\n"
+        "assert not {'triton', 'torch'} & {k for k, v in sys.modules.items() if v is not None}\n"
+        "v = FAMILIES[0].variants()[0]\n"
+        "s = MatmulSpec(op='matmul', m=1, n=5, k=2048, tB=True, dtype='f32')\n"
+        "print(v.unsupported_reason(s, DeviceInfo(kind='cpu', name='x')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "needs triton, which is not installed"
