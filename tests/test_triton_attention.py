@@ -283,7 +283,7 @@ def test_unsupported_reasons() -> None:
     reason = v.unsupported_reason(big, CPU)
     assert reason is not None and "too large for the Triton interpreter (CPU)" in reason
     assert v.unsupported_reason(big, GPU) is None
-    assert "not implemented" in (v.unsupported_reason(replace(ok, op="matmul"), CPU) or "")
+    assert "not implemented" in (v.unsupported_reason(replace(ok, op="gemm_custom"), CPU) or "")
     assert "q8_0" in (v.unsupported_reason(replace(ok, dtype="q8_0"), CPU) or "")
     assert "tA/tB" in (v.unsupported_reason(replace(ok, tB=None), CPU) or "")
 
@@ -335,7 +335,7 @@ def test_blocks_clamp_to_the_row() -> None:
 def test_family_shape() -> None:
     assert FAMILIES == (ATTN_BMV,)
     assert ATTN_BMV.name == "triton.attn_bmv"
-    assert ATTN_BMV.ops == {"matmul_alpha_beta"}
+    assert ATTN_BMV.ops == {"matmul_alpha_beta", "matmul", "matmul_bias_add"}
     assert ATTN_BMV.interpreted_on_cpu and not ATTN_BMV.baseline and not ATTN_BMV.peer
     ids = [v.id for v in ATTN_BMV.variants()]
     assert len(ids) <= 8
@@ -344,8 +344,6 @@ def test_family_shape() -> None:
         "triton.attn_bmv/bn16_bk1024_w4",
         "triton.attn_bmv/bn32_bk64_w4",
         "triton.attn_bmv/bn32_bk1024_w4",
-        "triton.attn_bmv/bn64_bk64_w4",
-        "triton.attn_bmv/bn64_bk1024_w4",
     ]
 
 
@@ -388,3 +386,18 @@ def test_module_imports_without_triton() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "needs triton, which is not installed"
+
+
+@pytest.mark.parametrize("tb", [False, True])
+def test_plain_and_bias_gemvs_run_through_the_same_kernels(tb: bool) -> None:
+    """The fused-QKV shape, scaled down: W stored [k, n] (tB=0) plus a bias."""
+    spec = MatmulSpec(op="matmul_bias_add", batch=1, m=1, n=72, k=56, tA=False, tB=tb,
+                      dtype="f16")
+    (v,) = ATTN_BMV.variants({"bn": (16,), "bk": (1024,)})
+    assert v.unsupported_reason(spec, CPU) is None
+    inputs = make_inputs(spec, 3)
+    out = empty_output(spec, "cpu")
+    out.fill_(float("nan"))
+    v.build(spec, CPU)(inputs, out)
+    result = compare(out, reference(inputs), reference_scale(inputs), spec.k)
+    assert result.failure(*tolerance("f16", 56)) is None

@@ -332,10 +332,8 @@ def test_family_shape() -> None:
     assert GEMV_TN.ops == {"matmul", "matmul_bias_add", "matmul_alpha_beta"}
     assert GEMV_TN.interpreted_on_cpu and not GEMV_TN.baseline and not GEMV_TN.peer
     ids = [v.id for v in GEMV_TN.variants()]
-    assert len(ids) == 12
-    assert ids[:4] == [
-        "triton.gemv_tn/bn32_bk32_split1_w4_finlast",
-        "triton.gemv_tn/bn32_bk32_split0_w4_finlast",
+    assert len(ids) == 4
+    assert ids[:2] == [
         "triton.gemv_tn/bn32_bk64_split1_w4_finlast",
         "triton.gemv_tn/bn32_bk64_split0_w4_finlast",
     ]
@@ -348,7 +346,7 @@ def test_family_shape() -> None:
 
 def test_fingerprint_follows_params_and_kernel_source() -> None:
     prints = {v.fingerprint for v in GEMV_TN.variants()}
-    assert len(prints) == 12
+    assert len(prints) == len(GEMV_TN.variants())
     (a,) = GEMV_TN.variants(GRIDS["auto"])
     (b,) = GEMV_TN.variants({**GRIDS["auto"], "fin": ("kernel",)})
     (c,) = GEMV_TN.variants({**GRIDS["auto"], "split": (4,)})

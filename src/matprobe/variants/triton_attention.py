@@ -15,6 +15,8 @@ m = 1 and every batch entry b (a query head) at once, B at its own strides:
   counters allocated by the builder and reset by the kernel itself.
 
 The layout is chosen from the spec at build time (one kernel per layout).
+Plain and bias-add GEMVs with rows up to 4096 (the QKV projection, W stored
+``[k, n]``) run through the same kernels.
 head_dim (k for scores, n for values) is a compile-time constant; the context
 length L stays a run-time argument, so the kernels are not recompiled per L.
 
@@ -111,10 +113,14 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
 
 @variant_family(
     name=NAME,
-    ops={"matmul_alpha_beta"},
+    # Any small batched GEMV, not only attention: the tB=0 kernel (one tile a
+    # program, split-K finished by the last program) also serves the fused QKV
+    # projection (n=1152, k=896, W stored [k, n]) better than a K-walking loop.
+    ops={"matmul_alpha_beta", "matmul", "matmul_bias_add"},
     devices=("cuda", "cpu"),
     supports=_supports,
-    grid={"bn": (16, 32, 64), "bk": (64, 1024), "w": (4,)},
+    # H100 sweep (BENCHMARKS.md): bn64 never won; bk1024 (no split) wins at L ≥ 130.
+    grid={"bn": (16, 32), "bk": (64, 1024), "w": (4,)},
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,

@@ -72,9 +72,9 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
     devices=("cuda", "cpu"),
     supports=_supports,
-    # Measured on an H200 (BENCHMARKS.md): 1–8 rows a program with K in one or two
-    # tiles beat wide row blocks on every decode GEMV; 64–128 rows starve the SMs.
-    grid={"bn": (1, 2, 4, 8), "bk": (128, 1024), "w": (4,)},
+    # Measured on H100 and H200 (BENCHMARKS.md): 1–4 rows a program with K in
+    # 1024-wide tiles beat wide row blocks and short K tiles on every decode GEMV.
+    grid={"bn": (1, 2, 4), "bk": (1024,), "w": (4,)},
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,

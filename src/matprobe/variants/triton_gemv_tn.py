@@ -225,7 +225,9 @@ class GemvTNKernel:
     ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
     devices=("cuda", "cpu"),
     supports=_supports,
-    grid={"bn": (32, 64, 128), "bk": (32, 64), "split": (1, 0), "w": (4,), "fin": ("last",)},
+    # H100 sweep (BENCHMARKS.md): bk64 with bn32/bn128 led; no split wins for
+    # short contexts, the automatic split for QKV and long ones.
+    grid={"bn": (32, 128), "bk": (64,), "split": (1, 0), "w": (4,), "fin": ("last",)},
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,

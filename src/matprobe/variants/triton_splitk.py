@@ -311,12 +311,14 @@ class SplitKGemv:
     # 512 alike (bn16: one [16, 1024] load, bn32: one [32, 512] load), so bk
     # stays at 256 and the warps vary instead: the compiled sm_90 code issues
     # all loads of a slice at once for bn32/w4 and bn16/w8.
+    # H100 sweep (BENCHMARKS.md): w8 won for every mode, atomic_last (one
+    # launch) first, twopass last; the default keeps the leaders.
     grid={
-        "mode": ("atomic", "twopass", "atomic_last"),
+        "mode": ("atomic_last", "atomic"),
         "split": (0,),
         "bn": (16, 32),
         "bk": (256,),
-        "w": (4, 8),
+        "w": (8,),
     },
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
