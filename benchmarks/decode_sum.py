@@ -17,7 +17,8 @@ def main() -> None:
     parser.add_argument("report")
     parser.add_argument("--tokens", type=int)
     args = parser.parse_args()
-    data = json.load(open(args.report, encoding="utf-8"))
+    with open(args.report, encoding="utf-8") as handle:
+        data = json.load(handle)
     tokens = args.tokens or data.get("tokens") or 1
     base_sum = best_sum = 0.0
     rows = []
