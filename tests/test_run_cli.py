@@ -99,7 +99,7 @@ def test_default_manifest_loads_and_selects() -> None:
     registry = builtin_registry()
     manifest = load_manifest(None, registry)
     ids = {v.id for v in manifest.variants(registry)}
-    assert "torch.matmul/default" in ids and "triton.gemv_nt/bn4_bk1024_w4" in ids
+    assert "torch.matmul/default" in ids and "triton.gemv_nt/bn1_bk512_w8" in ids
     assert manifest.baseline_for("matmul", registry) == "torch.matmul"
     only = {v.id for v in manifest.variants(registry, ["triton.*"])}
     assert only and all(i.startswith("triton.") for i in only)

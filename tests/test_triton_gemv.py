@@ -244,7 +244,8 @@ def test_family_shape() -> None:
     assert GEMV_NT.ops == {"matmul", "matmul_bias_add", "matmul_alpha_beta"}
     assert GEMV_NT.interpreted_on_cpu and not GEMV_NT.baseline and not GEMV_NT.peer
     assert [v.id for v in GEMV_NT.variants()] == [
-        f"triton.gemv_nt/bn{bn}_bk1024_w4" for bn in (1, 2, 4)
+        f"triton.gemv_nt/bn{bn}_bk{bk}_w{w}" for bn in (1, 2) for bk in (512, 1024)
+        for w in (4, 8)
     ]
 
 

@@ -60,6 +60,10 @@ def gemv_nt_kernel(  # type: ignore[no-untyped-def]
     if UNROLL:
         # A fixed, fully unrolled K loop: the compiler can hoist every tile's loads
         # ahead of the arithmetic, so all of a program's bytes are in flight at once.
+        # Products pile up elementwise in a [BLOCK_N, BLOCK_K] fp32 tile and are
+        # reduced across the threads once, after the last tile (a cross-warp
+        # reduction per tile would serialize the program on shared memory).
+        acc2 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
         for t in tl.static_range(K_TILES):
             ks = t * BLOCK_K + offs_k
             if EVEN_K:
@@ -74,7 +78,8 @@ def gemv_nt_kernel(  # type: ignore[no-untyped-def]
                 x = tl.load(x_base + ks * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
                 w = tl.load(w_rows + ks[None, :] * stride_wk,
                             mask=mask_n[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-            acc += tl.sum(w * x[None, :], axis=1)
+            acc2 += w * x[None, :]
+        acc = tl.sum(acc2, axis=1)
     else:
         for k0 in range(0, k, BLOCK_K):
             ks = k0 + offs_k

@@ -72,9 +72,10 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
     devices=("cuda", "cpu"),
     supports=_supports,
-    # Measured on H100 and H200 (BENCHMARKS.md): 1–4 rows a program with K in
-    # 1024-wide tiles beat wide row blocks and short K tiles on every decode GEMV.
-    grid={"bn": (1, 2, 4), "bk": (1024,), "w": (4,)},
+    # Measured on H100 and H200 (BENCHMARKS.md): 1–2 rows a program with K in
+    # 512–1024-wide tiles beat wide row blocks and short K tiles on every decode
+    # GEMV; 8 warps help the long-K down projection.
+    grid={"bn": (1, 2), "bk": (512, 1024), "w": (4, 8)},
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,
