@@ -40,7 +40,10 @@ EPILOGUES: dict[str, tuple[str, float | None, float | None, bool | None]] = {
     "alpha_beta": ("matmul_alpha_beta", 0.125, 0.5, None),
     "alpha_beta_bias": ("matmul_alpha_beta", 0.125, 0.5, True),
 }
-GRIDS = {"bn64_bk128": {"bn": (64,), "bk": (128,)}, "bn128_bk256": {"bn": (128,), "bk": (256,)}}
+GRIDS = {
+    "bn64_bk128": {"bn": (64,), "bk": (128,), "w": (4,)},
+    "bn128_bk256": {"bn": (128,), "bk": (256,), "w": (4,)},
+}
 
 NS, KS, BATCHES = (1, 5, 123, 200), (1, 7, 64, 300), (1, 3)
 
@@ -252,7 +255,7 @@ def test_family_shape() -> None:
 def test_fingerprint_follows_params_and_kernel_source() -> None:
     prints = {v.fingerprint for v in GEMV_NT.variants()}
     assert len(prints) == len(GEMV_NT.variants())
-    (a,) = GEMV_NT.variants({"bn": (64,), "bk": (128,)})
+    (a,) = GEMV_NT.variants({"bn": (64,), "bk": (128,), "w": (4,)})
     (b,) = GEMV_NT.variants({"bn": (64,), "bk": (128,), "w": (8,)})
     assert a.fingerprint != b.fingerprint
     kernel_file = Path(triton_gemv.__file__).with_name("_triton_gemv_kernels.py")
@@ -292,5 +295,5 @@ def test_module_imports_without_triton() -> None:
                                                   (8, 300, 4, 128), (9, 40, 2, 16)])
 def test_unrolled_even_and_ragged_paths(n: int, k: int, bn: int, bk: int) -> None:
     """The fixed-K unrolled loop: unmasked when n and k divide the tiles, masked otherwise."""
-    (v,) = GEMV_NT.variants({"bn": (bn,), "bk": (bk,)})
+    (v,) = GEMV_NT.variants({"bn": (bn,), "bk": (bk,), "w": (4,)})
     check(v, spec_for(n, k, 2, "f32", "bias"))
