@@ -169,3 +169,15 @@ def test_disabled_family_runs_only_when_named() -> None:
     assert not any(v.family.name == "torch.compile" for v in manifest.variants(registry, ["*"]))
     named = manifest.variants(registry, ["torch.compile"])
     assert [v.id for v in named] == ["torch.compile/default"]
+
+
+def test_cpu_default_run_validates_one_point_per_triton_family() -> None:
+    from matprobe.cli import _one_point_per_interpreted_family
+
+    registry = builtin_registry()
+    variants = load_manifest(None, registry).variants(registry)
+    kept, dropped = _one_point_per_interpreted_family(variants)
+    interpreted = [v for v in kept if v.family.interpreted_on_cpu]
+    assert len(interpreted) == len({v.family.name for v in interpreted}) >= 4
+    assert dropped == len(variants) - len(kept) > 0
+    assert any(v.id == "torch.matmul/default" for v in kept)

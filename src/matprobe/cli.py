@@ -260,6 +260,13 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         raise MatprobeError(f"no variant matches {' '.join(args.variants or [])!r}; "
                             f"known families: {', '.join(registry.names())}")
     device = device_mod.detect(args.device)
+    interpreter_note = ""
+    if device.kind == "cpu" and not args.variants:
+        variants, dropped = _one_point_per_interpreted_family(variants)
+        if dropped:
+            interpreter_note = (f"CPU: Triton families are validated in the interpreter at one "
+                                f"grid point each ({dropped} other points skipped; name them "
+                                f"with --variants)")
     policy = TimingPolicy(kernel_clock=args.kernel_clock, trials=args.trials)
     with ResultStore(args.db or default_store_path()) as store:
         environment: dict[str, Any] = {"device": device.to_dict(), "source": source}
@@ -297,6 +304,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if device.kind == "cpu":
         report.notes.append("CPU run: times are wall-clock on this CPU; Triton variants run in "
                             "the interpreter and are validated, not timed")
+        if interpreter_note:
+            report.notes.append(interpreter_note)
     text = render_terminal(report)
     out.write(text)
     exports: dict[str, Callable[[], str]] = {
@@ -319,6 +328,21 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         print("matprobe: interrupted; finished pairs are stored", file=sys.stderr)
         return 130
     return 0
+
+
+def _one_point_per_interpreted_family(variants: list[Any]) -> tuple[list[Any], int]:
+    """On the CPU a Triton family runs in the interpreter, where a grid point is
+    a correctness check, not a speed figure: one point per family keeps the
+    default run to minutes. Returns the kept variants and how many were dropped."""
+    kept, seen = [], set()
+    for variant in variants:
+        family = variant.family
+        if family.interpreted_on_cpu:
+            if family.name in seen:
+                continue
+            seen.add(family.name)
+        kept.append(variant)
+    return kept, len(variants) - len(kept)
 
 
 def _write(path: Path, text: str) -> None:
