@@ -55,3 +55,13 @@ def test_fingerprint_follows_kernel_file_and_params(name: str) -> None:
 
     source = module.KERNELS_SOURCE
     assert rebuild(source) != rebuild(source + "\n# edited\n")
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_shared_epilogue_is_in_the_fingerprint_of_its_users(name: str) -> None:
+    """A kernel module that calls the shared epilogue must fingerprint its text too,
+    or editing the epilogue would leave stale cached results."""
+    module = importlib.import_module(f"matprobe.variants.{name}")
+    if "_triton_epilogue" not in module.KERNELS_SOURCE:
+        pytest.skip(f"{name} has its own epilogue")
+    assert "common.EPILOGUE_SOURCE" in Path(module.__file__).read_text(encoding="utf-8")

@@ -234,6 +234,7 @@ class GemvTNKernel:
     # This module's whole text too: the plan's constants and the wrapper class.
     sources=(
         KERNELS_SOURCE,
+        common.EPILOGUE_SOURCE,
         Path(common.__file__).read_text(encoding="utf-8"),
         Path(__file__).read_text(encoding="utf-8"),
     ),

@@ -329,6 +329,7 @@ class SplitKGemv:
         k_mode,
         SplitKGemv,
         KERNELS_SOURCE,
+        common.EPILOGUE_SOURCE,
         Path(common.__file__).read_text(encoding="utf-8"),
     ),
 )
