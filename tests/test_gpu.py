@@ -33,8 +33,9 @@ GEMV = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=
 
 
 def measure(spec: MatmulSpec, family, **params):  # type: ignore[no-untyped-def]
-    variant = family.variants()[0] if not params else next(
-        v for v in family.variants() if v.param_dict == params)
+    """The family's first default variant, or the one grid point ``params`` names."""
+    grid = {name: (value,) for name, value in params.items()} or None
+    (variant, *_) = family.variants(grid)
     return measure_pair_safely(spec, variant, PairContext(GPU, POLICY))
 
 
@@ -61,3 +62,61 @@ def test_cheaters_never_pass_on_the_gpu(family) -> None:  # type: ignore[no-unty
     result = measure(spec, family)
     assert result.status is not Status.PASS, family.name
     assert result.clocks.device is None or result.status is Status.FAIL
+
+
+NO_PDL = (GPU.capability or (0, 0)) < (9, 0)
+
+
+@pytest.mark.skipif(NO_PDL, reason="PDL needs compute capability ≥ 9.0")
+@pytest.mark.parametrize(
+    ("key", "bk"),
+    [
+        ("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16", 1024),
+        ("op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1 | dtype=bf16", 8192),
+        # Ragged n and k: the masked single-tile path with a bias after the wait.
+        ("op=matmul_bias_add | batch=1 | m=1 | n=1001 | k=900 | tA=0 | tB=1 | dtype=f16", 1024),
+    ],
+)
+def test_pdl_gemv_validates_under_graph_replay(key: str, bk: int) -> None:
+    """pdl=1 launches overlap in the replayed graph; every replayed output is still checked."""
+    result = measure(MatmulSpec.parse(key), GEMV_NT, bn=2, bk=bk, w=4, pdl=1)
+    assert result.status is Status.PASS, result.reason
+    assert result.clocks.device is not None
+
+
+@pytest.mark.skipif(NO_PDL, reason="PDL needs compute capability ≥ 9.0")
+@pytest.mark.parametrize("bk", [1024, 256])  # one tile, and split-K through the counters
+def test_pdl_qkv_validates_under_graph_replay(bk: int) -> None:
+    from matprobe.variants.triton_attention import ATTN_BMV
+
+    spec = MatmulSpec.parse(
+        "op=matmul_bias_add | batch=1 | m=1 | n=1152 | k=896 | tA=0 | tB=0 | dtype=bf16")
+    result = measure(spec, ATTN_BMV, bn=16, bk=bk, w=4, pdl=1)
+    assert result.status is Status.PASS, result.reason
+
+
+@pytest.mark.parametrize(
+    ("key", "params"),
+    [
+        ("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16",
+         {"bn": 8, "p": 4, "w": 4, "pdl": 0}),
+        ("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=bf16",
+         {"bn": 8, "p": 4, "w": 4, "pdl": 1}),
+        ("op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1 | dtype=f16",
+         {"bn": 4, "p": 2, "w": 16, "pdl": 1}),
+        ("op=matmul_bias_add | batch=1 | m=1 | n=1001 | k=900 | tA=0 | tB=1 | dtype=f32",
+         {"bn": 4, "p": 4, "w": 16, "pdl": 0}),
+        # L2 prefetch of every later block, with and without PDL, ragged edges.
+        ("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16",
+         {"bn": 8, "p": 4, "w": 8, "pdl": 1, "pf": 1}),
+        ("op=matmul_bias_add | batch=1 | m=1 | n=1001 | k=900 | tA=0 | tB=1 | dtype=bf16",
+         {"bn": 2, "p": 2, "w": 8, "pdl": 0, "pf": 1}),
+    ],
+)
+def test_gemv_stream_validates_under_graph_replay(key: str, params: dict[str, int]) -> None:
+    from matprobe.variants.triton_gemv_stream import GEMV_STREAM
+
+    if params["pdl"] and NO_PDL:
+        pytest.skip("PDL needs compute capability ≥ 9.0")
+    result = measure(MatmulSpec.parse(key), GEMV_STREAM, **{"pf": 0, **params})
+    assert result.status is Status.PASS, result.reason

@@ -85,10 +85,10 @@ def test_variants_listing_and_support(capsys: pytest.CaptureFixture[str]) -> Non
     code, text = run("variants")
     assert code == 0
     assert "torch.matmul [baseline, peer]" in text
-    assert "triton.gemv_nt/bn2_bk1024_w4  (enabled" in text
+    assert "triton.gemv_nt/bn2_bk1024_w4_pdl0  (enabled" in text
     code, text = run("variants", "--device", "cpu", "--spec",
                      "op=matmul | batch=1 | m=4 | n=64 | k=64 | tA=0 | tB=1")
-    assert "triton.gemv_nt/bn2_bk1024_w4" in text and "unsupported: needs m=1" in text
+    assert "triton.gemv_nt/bn2_bk1024_w4_pdl0" in text and "unsupported: needs m=1" in text
     assert "torch.matmul/default  (enabled" in text and ": supported" in text
 
 
@@ -99,7 +99,7 @@ def test_default_manifest_loads_and_selects() -> None:
     registry = builtin_registry()
     manifest = load_manifest(None, registry)
     ids = {v.id for v in manifest.variants(registry)}
-    assert "torch.matmul/default" in ids and "triton.gemv_nt/bn1_bk512_w8" in ids
+    assert "torch.matmul/default" in ids and "triton.gemv_nt/bn8_bk1024_w8_pdl1" in ids
     assert manifest.baseline_for("matmul", registry) == "torch.matmul"
     only = {v.id for v in manifest.variants(registry, ["triton.*"])}
     assert only and all(i.startswith("triton.") for i in only)
@@ -109,17 +109,18 @@ def test_manifest_overrides_grid_exclude_and_disable(tmp_path: Path) -> None:
     registry = builtin_registry()
     path = tmp_path / "m.toml"
     path.write_text(
-        '[families."triton.gemv_nt"]\ngrid = { bn = [32], bk = [64, 512] }\n'
-        'exclude = ["triton.gemv_nt/bn32_bk512_w4"]\n'
+        '[families."triton.gemv_nt"]\ngrid = { bn = [32], bk = [64, 512], pdl = [0] }\n'
+        'exclude = ["triton.gemv_nt/bn32_bk512_w4_pdl0"]\n'
         '[families."numpy.matmul"]\nenabled = false\n'
-        '[baseline]\nmatmul = "triton.gemv_nt/bn2_bk1024_w4"\n'
+        '[baseline]\nmatmul = "triton.gemv_nt/bn2_bk1024_w4_pdl0"\n'
     )
     manifest = load_manifest(path, registry)
     ids = [v.id for v in manifest.variants(registry)]
-    assert "triton.gemv_nt/bn32_bk64_w4" in ids
-    assert "triton.gemv_nt/bn32_bk512_w4" not in ids
+    assert "triton.gemv_nt/bn32_bk64_w4_pdl0" in ids
+    assert "triton.gemv_nt/bn32_bk512_w4_pdl0" not in ids
+    assert not any(i.startswith("triton.gemv_nt/") and i.endswith("pdl1") for i in ids)
     assert not any(i.startswith("numpy.") for i in ids)
-    assert manifest.baseline_for("matmul", registry) == "triton.gemv_nt/bn2_bk1024_w4"
+    assert manifest.baseline_for("matmul", registry) == "triton.gemv_nt/bn2_bk1024_w4_pdl0"
 
 
 @pytest.mark.parametrize(

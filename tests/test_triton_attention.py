@@ -50,9 +50,9 @@ EPILOGUES: dict[str, tuple[float, float, bool | None]] = {
 #: tiny: the most blocks and L chunks (values split 9 ways at L=130);
 #: mid/wide: the default grid's ends (wide covers L=130 in one values tile).
 GRIDS = {
-    "tiny": {"bn": (16,), "bk": (16,), "w": (2,)},
-    "mid": {"bn": (32,), "bk": (64,), "w": (4,)},
-    "wide": {"bn": (64,), "bk": (256,), "w": (4,)},
+    "tiny": {"bn": (16,), "bk": (16,), "w": (2,), "pdl": (0,)},
+    "mid": {"bn": (32,), "bk": (64,), "w": (4,), "pdl": (0,)},
+    "wide": {"bn": (64,), "bk": (256,), "w": (4,), "pdl": (0,)},
 }
 LS, HEAD_DIMS = (1, 5, 16, 37, 130), (64, 24)
 
@@ -157,6 +157,9 @@ def test_default_grid_on_profile_form(layout: str) -> None:
     assert spec.kind == "matmul_alpha_beta" and not spec.reads_c0
     inputs = make_inputs(spec, seed=5)
     for v in ATTN_BMV.variants():
+        if v.param_dict["pdl"]:  # a KV cache is never prefetched across the launch
+            assert (v.unsupported_reason(spec, GPU) or "").startswith("pdl=1")
+            continue
         check(v, spec, inputs)
 
 
@@ -185,7 +188,7 @@ def test_split_counters_reset_between_runs(grid: str) -> None:
 )
 def test_long_context(layout: str, bn: int, bk: int) -> None:
     spec = attn_spec(layout, 1024, 64, 1, "bf16", "ab")
-    (v,) = ATTN_BMV.variants({"bn": (bn,), "bk": (bk,), "w": (4,)})
+    (v,) = ATTN_BMV.variants({"bn": (bn,), "bk": (bk,), "w": (4,), "pdl": (0,)})
     check(v, spec)
 
 
@@ -296,10 +299,11 @@ def test_unsupported_reasons() -> None:
         ({"w": 3}, "w=3: num_warps"),
         ({"w": 64}, "w=64: num_warps"),
         ({"bn": 4096, "bk": 512}, "exceeds Triton's block limit"),
+        ({"pdl": 3}, "pdl=3: 0 or 1"),
     ],
 )
 def test_bad_grid_values_are_refused(grid: dict[str, int], fragment: str) -> None:
-    point = {"bn": 64, "bk": 128, "w": 4, **grid}
+    point = {"bn": 64, "bk": 128, "w": 4, "pdl": 0, **grid}
     (v,) = ATTN_BMV.variants({name: (value,) for name, value in point.items()})
     reason = v.unsupported_reason(attn_spec("values", 130, 64, 14, "f32", "scale"), GPU)
     assert reason is not None and fragment in reason
@@ -308,9 +312,9 @@ def test_bad_grid_values_are_refused(grid: dict[str, int], fragment: str) -> Non
 def test_register_budget_uses_the_clamped_tile() -> None:
     """bk=1024 is one V tile for the whole context: fine for 64 columns of L=130
     (clamped to 256 rows), refused for 64 columns of L=1024 at 4 warps."""
-    (wide,) = ATTN_BMV.variants({"bn": (64,), "bk": (1024,), "w": (4,)})
-    (narrow,) = ATTN_BMV.variants({"bn": (16,), "bk": (1024,), "w": (4,)})
-    (more_warps,) = ATTN_BMV.variants({"bn": (64,), "bk": (1024,), "w": (16,)})
+    (wide,) = ATTN_BMV.variants({"bn": (64,), "bk": (1024,), "w": (4,), "pdl": (0,)})
+    (narrow,) = ATTN_BMV.variants({"bn": (16,), "bk": (1024,), "w": (4,), "pdl": (0,)})
+    (more_warps,) = ATTN_BMV.variants({"bn": (64,), "bk": (1024,), "w": (16,), "pdl": (0,)})
     short, long = (attn_spec("values", length, 64, 14, "f16", "scale") for length in (130, 1024))
     assert wide.unsupported_reason(short, GPU) is None
     reason = wide.unsupported_reason(long, GPU)
@@ -321,7 +325,7 @@ def test_register_budget_uses_the_clamped_tile() -> None:
     assert narrow.unsupported_reason(long, GPU) is None
     assert more_warps.unsupported_reason(long, GPU) is None
     # Scores: head_dim 64 clamps bk, so every default variant takes every L.
-    for v in ATTN_BMV.variants():
+    for v in ATTN_BMV.variants({"pdl": (0,)}):
         assert v.unsupported_reason(attn_spec("scores", 1024, 64, 14, "f16", "scale"), GPU) is None
 
 
@@ -336,20 +340,45 @@ def test_family_shape() -> None:
     assert ATTN_BMV.ops == {"matmul_alpha_beta", "matmul", "matmul_bias_add"}
     assert ATTN_BMV.interpreted_on_cpu and not ATTN_BMV.baseline and not ATTN_BMV.peer
     ids = [v.id for v in ATTN_BMV.variants()]
-    assert len(ids) <= 8
     assert ids == [
-        "triton.attn_bmv/bn16_bk64_w4",
-        "triton.attn_bmv/bn16_bk1024_w4",
-        "triton.attn_bmv/bn32_bk64_w4",
-        "triton.attn_bmv/bn32_bk1024_w4",
+        f"triton.attn_bmv/bn{bn}_bk{bk}_w4_pdl{pdl}"
+        for bn in (16, 32) for bk in (64, 1024) for pdl in (0, 1)
     ]
+
+
+HOPPER = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0))
+AMPERE = DeviceInfo(kind="cuda", name="fake A100", capability=(8, 0))
+QKV = MatmulSpec.parse(
+    "op=matmul_bias_add | batch=1 | m=1 | n=1152 | k=896 | tA=0 | tB=0 | dtype=f16")
+
+
+@pytest.mark.parametrize(
+    ("spec", "device", "fragment"),
+    [
+        (QKV, HOPPER, None),
+        (QKV, AMPERE, "compute capability ≥ 9.0"),
+        (QKV, CPU, "compute capability ≥ 9.0"),
+        # The V cache (batch of heads, alpha/beta op) may have just been written.
+        (attn_spec("values", 130, 64, 14, "f16", "scale"), HOPPER, "weights only"),
+        (attn_spec("scores", 130, 64, 14, "f16", "scale"), HOPPER, "tB=0 kernel only"),
+    ],
+)
+def test_pdl_only_for_weights_on_hopper(
+    spec: MatmulSpec, device: DeviceInfo, fragment: str | None
+) -> None:
+    (v,) = ATTN_BMV.variants({"bn": (16,), "bk": (1024,), "pdl": (1,)})
+    reason = v.unsupported_reason(spec, device)
+    if fragment is None:
+        assert reason is None
+    else:
+        assert reason is not None and fragment in reason
 
 
 def test_fingerprint_follows_params_and_kernel_source() -> None:
     prints = {v.fingerprint for v in ATTN_BMV.variants()}
     assert len(prints) == len(ATTN_BMV.variants())
-    (a,) = ATTN_BMV.variants({"bn": (64,), "bk": (128,)})
-    (b,) = ATTN_BMV.variants({"bn": (64,), "bk": (128,), "w": (2,)})
+    (a,) = ATTN_BMV.variants({"bn": (64,), "bk": (128,), "pdl": (0,)})
+    (b,) = ATTN_BMV.variants({"bn": (64,), "bk": (128,), "w": (2,), "pdl": (0,)})
     assert a.fingerprint != b.fingerprint
     kernel_file = Path(triton_attention.__file__).with_name("_triton_attention_kernels.py")
     assert kernel_file.read_text(encoding="utf-8") == triton_attention.KERNELS_SOURCE
@@ -371,7 +400,7 @@ def test_plain_and_bias_gemvs_run_through_the_same_kernels(tb: bool) -> None:
     """The fused-QKV shape, scaled down: W stored [k, n] (tB=0) plus a bias."""
     spec = MatmulSpec(op="matmul_bias_add", batch=1, m=1, n=72, k=56, tA=False, tB=tb,
                       dtype="f16")
-    (v,) = ATTN_BMV.variants({"bn": (16,), "bk": (1024,)})
+    (v,) = ATTN_BMV.variants({"bn": (16,), "bk": (1024,), "pdl": (0,)})
     assert v.unsupported_reason(spec, CPU) is None
     inputs = make_inputs(spec, 3)
     out = empty_output(spec, "cpu")

@@ -13,7 +13,8 @@ import pytest
 
 from matprobe.harness.variants import variant_family
 
-MODULES = ["triton_gemv", "triton_splitk", "triton_gemv_tn", "triton_attention", "triton_gemm"]
+MODULES = ["triton_gemv", "triton_gemv_stream", "triton_splitk", "triton_gemv_tn",
+           "triton_attention", "triton_gemm"]
 
 
 def test_family_modules_import_without_triton_or_torch() -> None:

@@ -39,8 +39,8 @@ EPILOGUES: dict[str, tuple[str, float | None, float | None, bool | None]] = {
     "alpha_beta_bias": ("matmul_alpha_beta", 0.125, 0.5, True),
 }
 GRIDS = {
-    "bn64_bk128": {"bn": (64,), "bk": (128,), "w": (4,)},
-    "bn128_bk256": {"bn": (128,), "bk": (256,), "w": (4,)},
+    "bn64_bk128": {"bn": (64,), "bk": (128,), "w": (4,), "pdl": (0,)},
+    "bn128_bk256": {"bn": (128,), "bk": (256,), "w": (4,), "pdl": (0,)},
 }
 
 NS, KS, BATCHES = (1, 5, 123, 200), (1, 7, 64, 300), (1, 3)
@@ -230,10 +230,13 @@ def test_unsupported_reasons() -> None:
         ({"bn": 48}, "bn=48: BLOCK_N must be a power of two"),
         ({"w": 3}, "w=3: num_warps"),
         ({"bn": 4096, "bk": 512}, "exceeds Triton's block limit"),
+        ({"pdl": 2}, "pdl=2: 0 or 1"),
+        ({"bn": 64, "bk": 1024, "w": 4}, "512 elements per thread, > 256"),
+        ({"bn": 1, "bk": 2048}, "bk=2048 for k=300: a tile wider than 1024 must hold data"),
     ],
 )
 def test_bad_grid_values_are_refused(grid: dict[str, int], fragment: str) -> None:
-    point = {"bn": 64, "bk": 128, "w": 4, **grid}
+    point = {"bn": 64, "bk": 128, "w": 4, "pdl": 0, **grid}
     (v,) = GEMV_NT.variants({name: (value,) for name, value in point.items()})
     reason = v.unsupported_reason(spec_for(123, 300, 1, "f32", "plain"), GPU)
     assert reason is not None and fragment in reason
@@ -245,16 +248,16 @@ def test_family_shape() -> None:
     assert GEMV_NT.ops == {"matmul", "matmul_bias_add", "matmul_alpha_beta"}
     assert GEMV_NT.interpreted_on_cpu and not GEMV_NT.baseline and not GEMV_NT.peer
     assert [v.id for v in GEMV_NT.variants()] == [
-        f"triton.gemv_nt/bn{bn}_bk{bk}_w{w}" for bn in (1, 2) for bk in (512, 1024)
-        for w in (4, 8)
+        f"triton.gemv_nt/bn{bn}_bk{bk}_w{w}_pdl{pdl}" for bn in (1, 2, 8)
+        for bk in (1024, 8192) for w in (4, 8) for pdl in (0, 1)
     ]
 
 
 def test_fingerprint_follows_params_and_kernel_source() -> None:
     prints = {v.fingerprint for v in GEMV_NT.variants()}
     assert len(prints) == len(GEMV_NT.variants())
-    (a,) = GEMV_NT.variants({"bn": (64,), "bk": (128,), "w": (4,)})
-    (b,) = GEMV_NT.variants({"bn": (64,), "bk": (128,), "w": (8,)})
+    (a,) = GEMV_NT.variants({"bn": (64,), "bk": (128,), "w": (4,), "pdl": (0,)})
+    (b,) = GEMV_NT.variants({"bn": (64,), "bk": (128,), "w": (8,), "pdl": (0,)})
     assert a.fingerprint != b.fingerprint
     kernel_file = Path(triton_gemv.__file__).with_name("_triton_gemv_kernels.py")
     assert kernel_file.read_text(encoding="utf-8") == triton_gemv.KERNELS_SOURCE
@@ -275,5 +278,49 @@ def test_fingerprint_follows_params_and_kernel_source() -> None:
                                                   (8, 300, 4, 128), (9, 40, 2, 16)])
 def test_unrolled_even_and_ragged_paths(n: int, k: int, bn: int, bk: int) -> None:
     """The fixed-K unrolled loop: unmasked when n and k divide the tiles, masked otherwise."""
-    (v,) = GEMV_NT.variants({"bn": (bn,), "bk": (bk,), "w": (4,)})
+    (v,) = GEMV_NT.variants({"bn": (bn,), "bk": (bk,), "w": (4,), "pdl": (0,)})
     check(v, spec_for(n, k, 2, "f32", "bias"))
+
+
+# ---- programmatic dependent launch (pdl=1): where it may run -------------------------
+
+HOPPER = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0))
+AMPERE = DeviceInfo(kind="cuda", name="fake A100", capability=(8, 0))
+
+
+def pdl_variant(bk: int) -> Variant:
+    (v,) = GEMV_NT.variants({"bn": (2,), "bk": (bk,), "w": (4,), "pdl": (1,)})
+    return v
+
+
+@pytest.mark.parametrize(
+    ("spec", "device", "bk", "fragment"),
+    [
+        (spec_for(9728, 896, 1, "f16", "plain"), HOPPER, 1024, None),
+        (spec_for(896, 4864, 1, "bf16", "plain"), HOPPER, 8192, None),
+        (spec_for(1152, 896, 1, "f16", "bias"), HOPPER, 1024, None),
+        (spec_for(896, 896, 1, "f16", "plain"), HOPPER, 512, "needs k ≤ bk < 2k"),
+        (spec_for(896, 896, 1, "f16", "plain"), HOPPER, 2048, "must hold data"),
+        (spec_for(896, 1500, 1, "f16", "plain"), HOPPER, 1024, "needs k ≤ bk < 2k"),
+        (spec_for(896, 896, 1, "f16", "plain"), AMPERE, 1024, "compute capability ≥ 9.0"),
+        (spec_for(896, 896, 1, "f16", "plain"), CPU, 1024, "compute capability ≥ 9.0"),
+        # A batched product's B may be a KV cache the previous kernel just wrote.
+        (spec_for(64, 96, 3, "f16", "plain"), HOPPER, 128, "weights only"),
+        (spec_for(64, 96, 1, "f16", "alpha_beta"), HOPPER, 128, "weights only"),
+    ],
+)
+def test_pdl_runs_only_on_hopper_weights_in_one_tile(
+    spec: MatmulSpec, device: DeviceInfo, bk: int, fragment: str | None
+) -> None:
+    reason = pdl_variant(bk).unsupported_reason(spec, device)
+    if fragment is None:
+        assert reason is None
+    else:
+        assert reason is not None and fragment in reason
+
+
+def test_pdl_changes_the_kernel_source_it_fingerprints() -> None:
+    # The pdl branch is part of the kernel file, so editing it re-runs the family.
+    assert "gdc_wait()" in triton_gemv.KERNELS_SOURCE
+    assert pdl_variant(1024).fingerprint != GEMV_NT.variants(
+        {"bn": (2,), "bk": (1024,), "w": (4,), "pdl": (0,)})[0].fingerprint

@@ -22,6 +22,15 @@ from matprobe.spec import DTYPES, MatmulSpec
 
 EXIT_USAGE = 2
 
+#: Said in every report with pdl=1 variants: what their device clock includes.
+PDL_NOTE = (
+    "pdl1 variants launch with programmatic dependent launch (Hopper+): each call reads "
+    "its weights before waiting on the previous kernel. Their device clock replays the "
+    "same kernel back to back, so it includes that overlap; in an engine the preceding "
+    "kernel must trigger its dependents early for the same gain. pdl0 rows are the "
+    "stand-alone figures."
+)
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line that points at --help."""
@@ -241,7 +250,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.harness.manifest import load_manifest
     from matprobe.harness.report import build_report, render_markdown, render_terminal, to_csv
     from matprobe.harness.report import to_json as report_json
-    from matprobe.harness.runner import Progress, execute, make_plan
+    from matprobe.harness.runner import PairState, Progress, execute, make_plan
     from matprobe.harness.store import ResultStore, default_store_path
     from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
     from matprobe.harness.variants import builtin_registry
@@ -301,6 +310,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
                 f"SM clock {clocks_before.get(sm, '?')} before, {clocks_after.get(sm, '?')} "
                 f"after (max {clocks_after.get('clocks.max.sm', '?')}); "
                 + (f"WARNING: throttled ({', '.join(held)})" if held else "no throttling"))
+    if any(pair.variant.param_dict.get("pdl") for pair in plan.pairs
+           if pair.state is not PairState.UNSUPPORTED):
+        report.notes.append(PDL_NOTE)
     if device.kind == "cpu":
         report.notes.append("CPU run: times are wall-clock on this CPU; Triton variants run in "
                             "the interpreter and are validated, not timed")

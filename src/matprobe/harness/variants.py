@@ -252,10 +252,11 @@ def builtin_registry() -> Registry:
         triton_attention,
         triton_gemm,
         triton_gemv,
+        triton_gemv_stream,
         triton_gemv_tn,
         triton_splitk,
     )
 
-    modules = (torch_ref, numpy_ref, torch_compile, triton_gemv, triton_splitk, triton_gemv_tn,
-               triton_attention, triton_gemm)
+    modules = (torch_ref, numpy_ref, torch_compile, triton_gemv, triton_gemv_stream,
+               triton_splitk, triton_gemv_tn, triton_attention, triton_gemm)
     return Registry([family for module in modules for family in module.FAMILIES])

@@ -187,6 +187,7 @@ def attn_values_kernel(  # type: ignore[no-untyped-def]
     BLOCK_K: tl.constexpr,  # noqa: N803
     SPLIT_P2: tl.constexpr,  # noqa: N803 - next power of two >= split; 1: no reduction
     MASK_N: tl.constexpr,  # noqa: N803 - N % BLOCK_N != 0: the last column block is ragged
+    PDL: tl.constexpr = False,  # noqa: N803 - launched with programmatic dependent launch
 ) -> None:
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
@@ -199,17 +200,30 @@ def attn_values_kernel(  # type: ignore[no-untyped-def]
 
     p_base = p_ptr + pid_b * stride_pb + row0.to(tl.int64) * stride_pk
     v_base = v_ptr + pid_b * stride_vb + row0.to(tl.int64) * stride_vk
+    v_ptrs = v_base + rows[:, None] * stride_vk + offs_n[None, :] * stride_vn
+    # (an if block, not a conditional expression: Triton folds it on the constexpr)
+    if MASK_N:  # noqa: SIM108
+        v_mask = mask_k[:, None] & mask_n[None, :]
+    else:
+        v_mask = mask_k[:, None]  # broadcast along n by the load
+    if PDL:
+        # Programmatic dependent launch (Hopper+), for weights only (the builder
+        # refuses a KV cache): the next kernel may launch once every program here
+        # has started, and this one reads its weight tile before waiting on the
+        # previous kernel, which never writes weights. Everything the previous
+        # kernel may write or read (the activations, C0, the bias, out, the
+        # workspace and counters) is touched only after the wait.
+        tl.extra.cuda.gdc_launch_dependents()
+        v = tl.load(v_ptrs, mask=v_mask, other=0.0)
+        tl.extra.cuda.gdc_wait()
     if SPLIT_P2 == 1:
         c0_term, bias_term = _epilogue_terms(
             pid_b, offs_n, mask_n, c0_ptr, bias_ptr, stride_cb, stride_cn, stride_bias, beta,
             HAS_C0, HAS_BIAS, BLOCK_N,
         )  # fmt: skip
     p = tl.load(p_base + rows * stride_pk, mask=mask_k, other=0.0)
-    v_ptrs = v_base + rows[:, None] * stride_vk + offs_n[None, :] * stride_vn
-    if MASK_N:
-        v = tl.load(v_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
-    else:
-        v = tl.load(v_ptrs, mask=mask_k[:, None], other=0.0)
+    if not PDL:
+        v = tl.load(v_ptrs, mask=v_mask, other=0.0)
     acc = tl.sum(p.to(tl.float32)[:, None] * v.to(tl.float32), axis=0)
 
     if SPLIT_P2 == 1:

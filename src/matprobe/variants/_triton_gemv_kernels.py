@@ -42,6 +42,7 @@ def gemv_nt_kernel(  # type: ignore[no-untyped-def]
     EVEN_K: tl.constexpr,  # noqa: N803 - k % BLOCK_K == 0: no K masks
     EVEN_N: tl.constexpr,  # noqa: N803 - n % BLOCK_N == 0: no row masks
     UNROLL: tl.constexpr,  # noqa: N803 - unroll the K loop so every tile's loads issue up front
+    PDL: tl.constexpr = False,  # noqa: N803 - launched with programmatic dependent launch
 ) -> None:
     pid_n = tl.program_id(0)
     # Batch and row-block bases in int64: batch · n · k may pass 2**31 elements.
@@ -57,7 +58,29 @@ def gemv_nt_kernel(  # type: ignore[no-untyped-def]
     w_rows = w_base + rows[:, None] * stride_wn
 
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    if UNROLL:
+    if PDL:
+        # Programmatic dependent launch (Hopper+). The next kernel in the stream
+        # may launch as soon as every program of this one has started; this one's
+        # weights are read before waiting on the previous kernel, because weights
+        # are never written by it. x (the previous kernel's output) is read, and
+        # out written, only after the wait. The whole row block is one tile
+        # (K_TILES == 1): its loads are all in flight before the wait.
+        tl.extra.cuda.gdc_launch_dependents()
+        if EVEN_K:
+            if EVEN_N:
+                w = tl.load(w_rows + offs_k[None, :] * stride_wk)
+            else:
+                w = tl.load(w_rows + offs_k[None, :] * stride_wk, mask=mask_n[:, None], other=0.0)
+            tl.extra.cuda.gdc_wait()
+            x = tl.load(x_base + offs_k * stride_xk).to(tl.float32)
+        else:
+            mask_k = offs_k < k
+            w = tl.load(w_rows + offs_k[None, :] * stride_wk,
+                        mask=mask_n[:, None] & mask_k[None, :], other=0.0)
+            tl.extra.cuda.gdc_wait()
+            x = tl.load(x_base + offs_k * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
+        acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+    elif UNROLL:
         # A fixed, fully unrolled K loop: the compiler can hoist every tile's loads
         # ahead of the arithmetic, so all of a program's bytes are in flight at once.
         # Products pile up elementwise in a [BLOCK_N, BLOCK_K] fp32 tile and are

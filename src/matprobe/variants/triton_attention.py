@@ -101,6 +101,13 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         return f"w={warps!r}: num_warps must be a power of two <= 32"
     if bn * bk > MAX_TILE_ELEMENTS:
         return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    pdl = params.get("pdl", 0)
+    if pdl not in (0, 1) or isinstance(pdl, bool):
+        return f"pdl={pdl!r}: 0 or 1"
+    if pdl:
+        reason = _pdl_unsupported(spec, device)
+        if reason is not None:
+            return reason
     tile = block(bn, n) * block(bk, k)  # the blocks this spec actually gets
     if tile > MAX_PER_THREAD * 32 * warps:
         return (
@@ -109,6 +116,19 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
             f"> {MAX_PER_THREAD}: registers would spill (raise w, or lower bn or bk)"
         )
     return interpreter_too_large(device, batch, n, k)
+
+
+def _pdl_unsupported(spec: MatmulSpec, device: DeviceInfo) -> str | None:
+    """pdl=1 reads B before the preceding kernel has finished: sound only for
+    weights (the QKV projection), never for a KV cache the previous kernel wrote."""
+    if device.kind != "cuda" or (device.capability or (0, 0)) < (9, 0):
+        return "pdl=1 needs programmatic dependent launch: a CUDA GPU of compute capability ≥ 9.0"
+    if spec.tB:
+        return "pdl=1 is built into the tB=0 kernel only (W stored [k, n], the QKV projection)"
+    if spec.batch != 1 or spec.op not in ("matmul", "matmul_bias_add"):
+        return ("pdl=1 prefetches B before the preceding kernel ends: weights only "
+                "(batch=1 matmul), never a KV cache")
+    return None
 
 
 @variant_family(
@@ -120,7 +140,8 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     devices=("cuda", "cpu"),
     supports=_supports,
     # H100 sweep (BENCHMARKS.md): bn64 never won; bk1024 (no split) wins at L ≥ 130.
-    grid={"bn": (16, 32), "bk": (64, 1024), "w": (4,)},
+    # pdl=1 applies to the QKV projection only (see _pdl_unsupported).
+    grid={"bn": (16, 32), "bk": (64, 1024), "w": (4,), "pdl": (0, 1)},
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,
@@ -173,6 +194,8 @@ def ATTN_BMV(  # noqa: N802 - the family is a module constant
         constants["N"] = n
         constants["SPLIT_P2"] = split_p2
         constants["MASK_N"] = n % block_n != 0
+        if params.get("pdl", 0):  # only then: the interpreter knows neither
+            constants.update(PDL=True, launch_pdl=True)
         # Split-K state, allocated once here and reused by every run: partials
         # (only read when split > 1) and arrival counters that the kernel's last
         # program for each block sets back to 0.

@@ -42,6 +42,12 @@ NAME = "triton.gemv_nt"
 #: K loops up to this many tiles are unrolled at compile time (the shape is fixed).
 MAX_UNROLLED_TILES = 16
 
+#: K tiles wider than this are for holding a long K whole (pdl=1 needs it).
+WIDE_TILE = 1024
+
+#: Most W-tile elements a thread may hold before the registers spill.
+MAX_PER_THREAD = 256
+
 #: The kernel's source, read without importing it (part of the fingerprint).
 KERNELS_SOURCE: str = (
     Path(__file__).with_name("_triton_gemv_kernels.py").read_text(encoding="utf-8")
@@ -61,10 +67,37 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         return f"w={warps!r}: num_warps must be a power of two <= 32"
     if bn * bk > MAX_TILE_ELEMENTS:
         return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    if bn * bk > MAX_PER_THREAD * 32 * warps:
+        return (f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
+                f"per thread, > {MAX_PER_THREAD}: registers would spill (raise w or lower bn)")
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
     if n == 0 or k == 0:
         return "empty matmul (n or k is 0)"
+    if bk > WIDE_TILE and bk >= 2 * k:
+        return (f"bk={bk} for k={k}: a tile wider than {WIDE_TILE} must hold data "
+                "(bk < 2k); beyond k its lanes are only masked")
+    pdl = params.get("pdl", 0)
+    if pdl not in (0, 1) or isinstance(pdl, bool):
+        return f"pdl={pdl!r}: 0 or 1"
+    if pdl:
+        reason = _pdl_unsupported(spec, bk, device)
+        if reason is not None:
+            return reason
     return interpreter_too_large(device, batch, n, k)
+
+
+def _pdl_unsupported(spec: MatmulSpec, bk: int, device: DeviceInfo) -> str | None:
+    """pdl=1 reads W before the preceding kernel has finished: sound only for
+    weights, which no kernel of a decode step writes."""
+    if device.kind != "cuda" or (device.capability or (0, 0)) < (9, 0):
+        return "pdl=1 needs programmatic dependent launch: a CUDA GPU of compute capability ≥ 9.0"
+    if spec.batch != 1 or spec.op not in ("matmul", "matmul_bias_add"):
+        return ("pdl=1 prefetches W before the preceding kernel ends: weights only "
+                "(batch=1 matmul), never a KV cache")
+    k = spec.k or 0
+    if not k <= bk < 2 * max(k, 8):
+        return f"pdl=1 loads the whole K row as one tile: needs k ≤ bk < 2k (k={k}, bk={bk})"
+    return None
 
 
 @variant_family(
@@ -72,10 +105,11 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
     devices=("cuda", "cpu"),
     supports=_supports,
-    # Measured on H100 and H200 (BENCHMARKS.md): 1–2 rows a program with K in
-    # 512–1024-wide tiles beat wide row blocks and short K tiles on every decode
-    # GEMV; 8 warps help the long-K down projection.
-    grid={"bn": (1, 2), "bk": (512, 1024), "w": (4, 8)},
+    # Measured on H100 (BENCHMARKS.md): 1–2 rows a program with K in 1024-wide
+    # tiles win without PDL (bn1 w8 on the long-K down projection); with
+    # pdl=1, 8 rows (fewer programs to schedule) for gate_up; bk=8192 holds
+    # the down projection's K (4864) whole, which pdl=1 needs.
+    grid={"bn": (1, 2, 8), "bk": (1024, 8192), "w": (4, 8), "pdl": (0, 1)},
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,
@@ -99,6 +133,7 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
     dtype = torch_dtype(spec.dtype or "f32")
     where = target(device)
     bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
+    pdl = bool(params.get("pdl", 0))
     has_c0, has_bias = spec.reads_c0, spec.has_bias
     launch = gemv_nt_kernel[(-(-n // bn), batch)]
     k_tiles = -(-k // bk)
@@ -114,6 +149,8 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
         "UNROLL": k_tiles <= MAX_UNROLLED_TILES,
         "num_warps": warps,
     }
+    if pdl:  # only then: the interpreter knows neither the flag nor the instructions
+        constants.update(PDL=True, launch_pdl=True)
     on_cuda = device.kind == "cuda"
 
     def run(inputs: MatmulInputs, out: Any) -> None:
