@@ -182,3 +182,21 @@ def test_cpu_default_run_validates_one_point_per_triton_family() -> None:
     assert len(interpreted) == len({v.family.name for v in interpreted}) >= 4
     assert dropped == len(variants) - len(kept) > 0
     assert any(v.id == "torch.matmul/default" for v in kept)
+
+
+def test_the_report_explains_pdl_only_when_a_pdl_variant_runs() -> None:
+    """pdl=1 figures include overlap with the previous call: the report must say so
+    whenever one is measured (or cached), and not otherwise."""
+    from matprobe.cli import PDL_NOTE, plan_has_pdl
+    from matprobe.harness.runner import PairState, Plan, PlannedPair
+    from matprobe.spec import MatmulSpec
+    from matprobe.variants.triton_gemv import GEMV_NT
+
+    spec = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16")
+    (pdl1,) = GEMV_NT.variants({"bn": (8,), "bk": (1024,), "w": (4,), "pdl": (1,)})
+    (pdl0,) = GEMV_NT.variants({"bn": (8,), "bk": (1024,), "w": (4,), "pdl": (0,)})
+    assert plan_has_pdl(Plan([PlannedPair(spec, pdl0, PairState.RUN),
+                              PlannedPair(spec, pdl1, PairState.CACHED)]))
+    assert not plan_has_pdl(Plan([PlannedPair(spec, pdl0, PairState.RUN),
+                                  PlannedPair(spec, pdl1, PairState.UNSUPPORTED, "cpu")]))
+    assert "back to back" in PDL_NOTE and "pdl0" in PDL_NOTE

@@ -32,6 +32,14 @@ PDL_NOTE = (
 )
 
 
+def plan_has_pdl(plan: Any) -> bool:
+    """Whether any pair that runs (or was cached) is a pdl=1 variant."""
+    from matprobe.harness.runner import PairState
+
+    return any(pair.variant.param_dict.get("pdl") for pair in plan.pairs
+               if pair.state is not PairState.UNSUPPORTED)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line that points at --help."""
 
@@ -250,7 +258,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.harness.manifest import load_manifest
     from matprobe.harness.report import build_report, render_markdown, render_terminal, to_csv
     from matprobe.harness.report import to_json as report_json
-    from matprobe.harness.runner import PairState, Progress, execute, make_plan
+    from matprobe.harness.runner import Progress, execute, make_plan
     from matprobe.harness.store import ResultStore, default_store_path
     from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
     from matprobe.harness.variants import builtin_registry
@@ -310,8 +318,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
                 f"SM clock {clocks_before.get(sm, '?')} before, {clocks_after.get(sm, '?')} "
                 f"after (max {clocks_after.get('clocks.max.sm', '?')}); "
                 + (f"WARNING: throttled ({', '.join(held)})" if held else "no throttling"))
-    if any(pair.variant.param_dict.get("pdl") for pair in plan.pairs
-           if pair.state is not PairState.UNSUPPORTED):
+    if plan_has_pdl(plan):
         report.notes.append(PDL_NOTE)
     if device.kind == "cpu":
         report.notes.append("CPU run: times are wall-clock on this CPU; Triton variants run in "

@@ -7,6 +7,7 @@ Importing this module imports neither triton nor torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -124,3 +125,55 @@ def check_current_device(name: str, where: Any) -> None:
             f"{name}: current CUDA device is {torch.cuda.current_device()}, tensors are "
             f"on {where}; Triton launches on the current device's current stream"
         )
+
+
+def row_gemv_operands(
+    name: str,
+    inputs: MatmulInputs,
+    out: Any,
+    *,
+    batch: int,
+    n: int,
+    k: int,
+    dtype: Any,
+    where: Any,
+    has_c0: bool,
+    has_bias: bool,
+) -> tuple[Any, Any, Any, Any]:
+    """(x, W, C₀, bias) of a GEMV with W stored ``[batch, n, k]`` (tB = 1), each
+    checked against the built spec, on the current device: what every row-GEMV
+    family's ``run`` checks before it launches."""
+    if not inputs.tb:
+        raise ValueError(f"{name}: W must be stored [batch, n, k] (tb=True)")
+    x = inputs.a_mk()
+    w = inputs.b
+    check_tensor(name, x, "A (as [batch, 1, k])", (batch, 1, k), dtype, where)
+    check_tensor(name, w, "W", (batch, n, k), dtype, where)
+    check_tensor(name, out, "out", (batch, 1, n), dtype, where)
+    c0, bias = epilogue_operands(name, inputs, out, has_c0=has_c0, has_bias=has_bias,
+                                 c0_shape=(batch, 1, n), n=n, dtype=dtype, where=where)
+    if where.type == "cuda":
+        check_current_device(name, where)
+    return x, w, c0, bias
+
+
+# ---- programmatic dependent launch -------------------------------------------------
+
+#: Launch options and the kernels' constexpr for ``pdl=1`` (never given to the
+#: interpreter, which knows neither the option nor the griddepcontrol instructions).
+PDL_CONSTANTS: dict[str, bool] = {"PDL": True, "launch_pdl": True}
+
+
+def flag_reason(params: Mapping[str, Any], name: str) -> str | None:
+    """A 0/1 grid parameter (absent means 0): the reason it is neither."""
+    value = params.get(name, 0)
+    if value not in (0, 1) or isinstance(value, bool):
+        return f"{name}={value!r}: 0 or 1"
+    return None
+
+
+def pdl_device_reason(device: DeviceInfo) -> str | None:
+    """``pdl=1`` needs Hopper or later (``griddepcontrol``, programmatic launch)."""
+    if device.kind != "cuda" or (device.capability or (0, 0)) < (9, 0):
+        return "pdl=1 needs programmatic dependent launch: a CUDA GPU of compute capability ≥ 9.0"
+    return None

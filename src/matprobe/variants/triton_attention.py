@@ -101,13 +101,11 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         return f"w={warps!r}: num_warps must be a power of two <= 32"
     if bn * bk > MAX_TILE_ELEMENTS:
         return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
-    pdl = params.get("pdl", 0)
-    if pdl not in (0, 1) or isinstance(pdl, bool):
-        return f"pdl={pdl!r}: 0 or 1"
-    if pdl:
+    reason = common.flag_reason(params, "pdl")
+    if reason is None and params.get("pdl"):
         reason = _pdl_unsupported(spec, device)
-        if reason is not None:
-            return reason
+    if reason is not None:
+        return reason
     tile = block(bn, n) * block(bk, k)  # the blocks this spec actually gets
     if tile > MAX_PER_THREAD * 32 * warps:
         return (
@@ -121,8 +119,9 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
 def _pdl_unsupported(spec: MatmulSpec, device: DeviceInfo) -> str | None:
     """pdl=1 reads B before the preceding kernel has finished: sound only for
     weights (the QKV projection), never for a KV cache the previous kernel wrote."""
-    if device.kind != "cuda" or (device.capability or (0, 0)) < (9, 0):
-        return "pdl=1 needs programmatic dependent launch: a CUDA GPU of compute capability ≥ 9.0"
+    reason = common.pdl_device_reason(device)
+    if reason is not None:
+        return reason
     if spec.tB:
         return "pdl=1 is built into the tB=0 kernel only (W stored [k, n], the QKV projection)"
     if spec.batch != 1 or spec.op not in ("matmul", "matmul_bias_add"):
@@ -194,8 +193,8 @@ def ATTN_BMV(  # noqa: N802 - the family is a module constant
         constants["N"] = n
         constants["SPLIT_P2"] = split_p2
         constants["MASK_N"] = n % block_n != 0
-        if params.get("pdl", 0):  # only then: the interpreter knows neither
-            constants.update(PDL=True, launch_pdl=True)
+        if params.get("pdl"):
+            constants.update(common.PDL_CONSTANTS)
         # Split-K state, allocated once here and reused by every run: partials
         # (only read when split > 1) and arrival counters that the kernel's last
         # program for each block sets back to 0.

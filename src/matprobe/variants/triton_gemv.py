@@ -26,7 +26,6 @@ from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
     MAX_TILE_ELEMENTS,
-    epilogue_operands,
     interpreter_too_large,
     is_pow2,
     target,
@@ -76,21 +75,18 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     if bk > WIDE_TILE and bk >= 2 * k:
         return (f"bk={bk} for k={k}: a tile wider than {WIDE_TILE} must hold data "
                 "(bk < 2k); beyond k its lanes are only masked")
-    pdl = params.get("pdl", 0)
-    if pdl not in (0, 1) or isinstance(pdl, bool):
-        return f"pdl={pdl!r}: 0 or 1"
-    if pdl:
+    reason = common.flag_reason(params, "pdl")
+    if reason is None and params.get("pdl"):
         reason = _pdl_unsupported(spec, bk, device)
-        if reason is not None:
-            return reason
-    return interpreter_too_large(device, batch, n, k)
+    return reason or interpreter_too_large(device, batch, n, k)
 
 
 def _pdl_unsupported(spec: MatmulSpec, bk: int, device: DeviceInfo) -> str | None:
     """pdl=1 reads W before the preceding kernel has finished: sound only for
     weights, which no kernel of a decode step writes."""
-    if device.kind != "cuda" or (device.capability or (0, 0)) < (9, 0):
-        return "pdl=1 needs programmatic dependent launch: a CUDA GPU of compute capability ≥ 9.0"
+    reason = common.pdl_device_reason(device)
+    if reason is not None:
+        return reason
     if spec.batch != 1 or spec.op not in ("matmul", "matmul_bias_add"):
         return ("pdl=1 prefetches W before the preceding kernel ends: weights only "
                 "(batch=1 matmul), never a KV cache")
@@ -149,22 +145,13 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
         "UNROLL": k_tiles <= MAX_UNROLLED_TILES,
         "num_warps": warps,
     }
-    if pdl:  # only then: the interpreter knows neither the flag nor the instructions
-        constants.update(PDL=True, launch_pdl=True)
-    on_cuda = device.kind == "cuda"
+    if pdl:
+        constants.update(common.PDL_CONSTANTS)
 
     def run(inputs: MatmulInputs, out: Any) -> None:
-        if not inputs.tb:
-            raise ValueError(f"{NAME}: W must be stored [batch, n, k] (tb=True)")
-        x = inputs.a_mk()
-        w = inputs.b
-        common.check_tensor(NAME, x, "A (as [batch, 1, k])", (batch, 1, k), dtype, where)
-        common.check_tensor(NAME, w, "W", (batch, n, k), dtype, where)
-        common.check_tensor(NAME, out, "out", (batch, 1, n), dtype, where)
-        c0, bias = epilogue_operands(NAME, inputs, out, has_c0=has_c0, has_bias=has_bias,
-                                     c0_shape=(batch, 1, n), n=n, dtype=dtype, where=where)
-        if on_cuda:
-            common.check_current_device(NAME, where)
+        x, w, c0, bias = common.row_gemv_operands(
+            NAME, inputs, out, batch=batch, n=n, k=k, dtype=dtype, where=where,
+            has_c0=has_c0, has_bias=has_bias)  # fmt: skip
         launch(
             x, w, c0, bias, out,
             n, k,

@@ -32,7 +32,6 @@ from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
-    epilogue_operands,
     interpreter_too_large,
     is_pow2,
     target,
@@ -73,12 +72,6 @@ def programs(n_blocks: int, sm_count: int, per_sm: int) -> int:
     return max(1, min(n_blocks, max(sm_count, 1) * per_sm))
 
 
-def _pdl_unsupported(device: DeviceInfo) -> str | None:
-    if device.kind != "cuda" or (device.capability or (0, 0)) < (9, 0):
-        return "pdl=1 needs programmatic dependent launch: a CUDA GPU of compute capability ≥ 9.0"
-    return None
-
-
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
     if spec.m != 1:
         return "needs m=1 (GEMV)"
@@ -93,30 +86,26 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         return "empty matmul (n or k is 0)"
     if k > MAX_K:
         return f"needs k <= {MAX_K}: the whole K row is one register tile (k={k})"
-    bn, per_sm, warps, pdl = params.get("bn"), params.get("p"), params.get("w"), params.get("pdl")
+    bn, per_sm, warps = params.get("bn"), params.get("p"), params.get("w")
     if not is_pow2(bn):
         return f"bn={bn!r}: BLOCK_N must be a power of two"
     if not isinstance(per_sm, int) or isinstance(per_sm, bool) or not 1 <= per_sm <= 32:
         return f"p={per_sm!r}: programs per SM, 1 to 32"
     if not is_pow2(warps) or warps > 32:
         return f"w={warps!r}: num_warps must be a power of two <= 32"
-    if pdl not in (0, 1) or isinstance(pdl, bool):
-        return f"pdl={pdl!r}: 0 or 1"
-    prefetch = params.get("pf", 0)
-    if prefetch not in (0, 1) or isinstance(prefetch, bool):
-        return f"pf={prefetch!r}: 0 or 1"
-    if prefetch and (device.kind != "cuda"):
+    reason = common.flag_reason(params, "pdl") or common.flag_reason(params, "pf")
+    if reason is not None:
+        return reason
+    if params.get("pf") and device.kind != "cuda":
         return "pf=1 issues prefetch.global.L2 (PTX): a CUDA GPU only"
     per_thread = bn * block_k(k) // (32 * warps)
     if per_thread > MAX_PER_THREAD:
         return (f"a {bn}×{block_k(k)} W tile over w={warps} warps is {per_thread} elements per "
                 f"thread, > {MAX_PER_THREAD}: two live tiles would spill registers "
                 "(raise w or lower bn)")
-    if pdl:
-        reason = _pdl_unsupported(device)
-        if reason is not None:
-            return reason
-    return interpreter_too_large(device, 1, n, k)
+    if params.get("pdl"):
+        reason = common.pdl_device_reason(device)
+    return reason or interpreter_too_large(device, 1, n, k)
 
 
 @variant_family(
@@ -165,25 +154,16 @@ def GEMV_STREAM(  # noqa: N802 - the family is a module constant
         "EVEN_K": k == bk,
         "num_warps": warps,
     }
-    if pdl:  # only then: the interpreter knows neither the flag nor the instructions
-        constants.update(PDL=True, launch_pdl=True)
+    if pdl:
+        constants.update(common.PDL_CONSTANTS)
     if params.get("pf", 0):
         line_elems = 128 // w_dtype_bytes(dtype)
         constants.update(PREFETCH=True, LINE_ELEMS=line_elems, LINES=max(1, bk // line_elems))
-    on_cuda = device.kind == "cuda"
 
     def run(inputs: MatmulInputs, out: Any) -> None:
-        if not inputs.tb:
-            raise ValueError(f"{NAME}: W must be stored [1, n, k] (tb=True)")
-        x = inputs.a_mk()
-        w = inputs.b
-        common.check_tensor(NAME, x, "A (as [1, 1, k])", (1, 1, k), dtype, where)
-        common.check_tensor(NAME, w, "W", (1, n, k), dtype, where)
-        common.check_tensor(NAME, out, "out", (1, 1, n), dtype, where)
-        c0, bias = epilogue_operands(NAME, inputs, out, has_c0=has_c0, has_bias=has_bias,
-                                     c0_shape=(1, 1, n), n=n, dtype=dtype, where=where)
-        if on_cuda:
-            common.check_current_device(NAME, where)
+        x, w, c0, bias = common.row_gemv_operands(
+            NAME, inputs, out, batch=1, n=n, k=k, dtype=dtype, where=where,
+            has_c0=has_c0, has_bias=has_bias)  # fmt: skip
         launch(
             x, w, c0, bias, out,
             n, k, n_blocks,

@@ -53,7 +53,6 @@ from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
     MAX_TILE_ELEMENTS,
-    epilogue_operands,
     interpreter_too_large,
     is_pow2,
     target,
@@ -206,7 +205,6 @@ class SplitKGemv:
         self.plan = plan_split(n, k, batch, bn, bk, int(params["split"]), device.sm_count)
         plan = self.plan
         self.has_c0, self.has_bias = spec.reads_c0, spec.has_bias
-        self.on_cuda = device.kind == "cuda"
 
         f32, where = torch.float32, self.where
         self.counters: Any = None
@@ -252,19 +250,10 @@ class SplitKGemv:
         }
 
     def __call__(self, inputs: MatmulInputs, out: Any) -> None:
-        batch, n, k, dtype, where = self.batch, self.n, self.k, self.dtype, self.where
-        if not inputs.tb:
-            raise ValueError(f"{NAME}: W must be stored [batch, n, k] (tb=True)")
-        x = inputs.a_mk()
-        w = inputs.b
-        common.check_tensor(NAME, x, "A (as [batch, 1, k])", (batch, 1, k), dtype, where)
-        common.check_tensor(NAME, w, "W", (batch, n, k), dtype, where)
-        common.check_tensor(NAME, out, "out", (batch, 1, n), dtype, where)
-        c0, bias = epilogue_operands(NAME, inputs, out, has_c0=self.has_c0,
-                                     has_bias=self.has_bias, c0_shape=(batch, 1, n), n=n,
-                                     dtype=dtype, where=where)  # fmt: skip
-        if self.on_cuda:
-            common.check_current_device(NAME, where)
+        n = self.n
+        x, w, c0, bias = common.row_gemv_operands(
+            NAME, inputs, out, batch=self.batch, n=n, k=self.k, dtype=self.dtype,
+            where=self.where, has_c0=self.has_c0, has_bias=self.has_bias)  # fmt: skip
         ws = self.workspace
         counters = ws if self.counters is None else self.counters
         epilogue = (
