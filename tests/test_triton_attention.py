@@ -37,8 +37,8 @@ from matprobe.harness.variants import Variant, variant_family  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.variants import triton_attention  # noqa: E402
 from matprobe.variants.triton_attention import ATTN_BMV, FAMILIES, block  # noqa: E402
+from triton_checks import CPU, check_on_cpu  # noqa: E402
 
-CPU = DeviceInfo(kind="cpu", name="test")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0))
 
 #: Epilogues: (alpha, beta, bias flag). "scale" is the scores form, "ab" reads C0.
@@ -81,17 +81,7 @@ def check(
     v: Variant, spec: MatmulSpec, inputs: MatmulInputs | None = None, out: Any = None,
     *, runs: int = 1,
 ) -> None:  # fmt: skip
-    assert v.unsupported_reason(spec, CPU) is None
-    inputs = make_inputs(spec, seed=1234) if inputs is None else inputs
-    out = empty_output(spec, "cpu") if out is None else out
-    run = v.build(spec, CPU)
-    tol_norm, tol_rel = tolerance(spec.dtype or "f32", spec.k or 1)
-    for _ in range(runs):  # a rerun sees the split counters the last run left
-        out.fill_(float("nan"))  # unwritten elements stay NaN and fail
-        run(inputs, out)
-        cmp = compare(out, reference(inputs), reference_scale(inputs), spec.k or 1)
-        failure = cmp.failure(tol_norm, tol_rel)
-        assert failure is None, f"{v.id} {spec.key()}: {failure}"
+    check_on_cpu(v, spec, inputs, out, runs=runs)
 
 
 # ---- correctness -------------------------------------------------------------

@@ -29,16 +29,13 @@ from matprobe.harness.inputs import (  # noqa: E402
     MatmulInputs,
     empty_output,
     make_inputs,
-    reference,
-    reference_scale,
 )
-from matprobe.harness.validate import compare, tolerance  # noqa: E402
 from matprobe.harness.variants import Variant, variant_family  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.variants import _triton_gemm_kernels, triton_gemm  # noqa: E402
 from matprobe.variants.triton_gemm import FAMILIES, GEMM  # noqa: E402
+from triton_checks import CPU, check_on_cpu  # noqa: E402
 
-CPU = DeviceInfo(kind="cpu", name="test")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0))
 
 #: Epilogues: (op, alpha, beta, bias flag).
@@ -79,16 +76,7 @@ def spec_for(
 def check(
     v: Variant, spec: MatmulSpec, inputs: MatmulInputs | None = None, out: Any = None
 ) -> None:
-    """The harness's own bar: NaN-poisoned output, compare() within tolerance()."""
-    assert v.unsupported_reason(spec, CPU) is None
-    inputs = make_inputs(spec, seed=1234) if inputs is None else inputs
-    out = empty_output(spec, "cpu") if out is None else out
-    out.fill_(float("nan"))  # unwritten elements stay NaN and fail
-    v.build(spec, CPU)(inputs, out)
-    assert spec.dtype is not None and spec.k is not None
-    result = compare(out, reference(inputs), reference_scale(inputs), spec.k)
-    failure = result.failure(*tolerance(spec.dtype, spec.k))
-    assert failure is None, f"{v.id} {spec}: {failure}"
+    check_on_cpu(v, spec, inputs, out)
 
 
 # ---- correctness -------------------------------------------------------------

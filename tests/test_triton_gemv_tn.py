@@ -24,10 +24,7 @@ from matprobe.harness.inputs import (  # noqa: E402
     MatmulInputs,
     empty_output,
     make_inputs,
-    reference,
-    reference_scale,
 )
-from matprobe.harness.validate import compare, tolerance  # noqa: E402
 from matprobe.harness.variants import Variant, variant_family  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.variants import triton_gemv_tn  # noqa: E402
@@ -37,8 +34,8 @@ from matprobe.variants.triton_gemv_tn import (  # noqa: E402
     GemvTNKernel,
     plan_split,
 )
+from triton_checks import CPU, assert_matches_reference, check_on_cpu  # noqa: E402
 
-CPU = DeviceInfo(kind="cpu", name="test")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)
 
 #: Epilogues: (op, alpha, beta, bias flag).
@@ -79,10 +76,7 @@ def spec_for(
 def assert_correct(out: Any, inputs: MatmulInputs, spec: MatmulSpec, what: str) -> None:
     """The harness's own bar (validate.py): no NaN left, norm-wise and per-element."""
     assert not torch.isnan(out).any(), f"{int(torch.isnan(out).sum())} outputs never written"
-    k = spec.k or 1
-    result = compare(out, reference(inputs), reference_scale(inputs), k)
-    problem = result.failure(*tolerance(spec.dtype or "f32", k))
-    assert problem is None, f"{what} {spec}: {problem}"
+    assert_matches_reference(out, inputs, spec, what)
 
 
 def assert_clean(kernel: Any) -> None:
@@ -95,13 +89,7 @@ def assert_clean(kernel: Any) -> None:
 
 
 def check(v: Variant, spec: MatmulSpec, inputs: MatmulInputs | None = None, out: Any = None) -> Any:
-    assert v.unsupported_reason(spec, CPU) is None
-    inputs = make_inputs(spec, seed=1234) if inputs is None else inputs
-    out = empty_output(spec, "cpu") if out is None else out
-    out.fill_(float("nan"))  # unwritten elements stay NaN and fail
-    kernel = v.build(spec, CPU)
-    kernel(inputs, out)
-    assert_correct(out, inputs, spec, v.id)
+    kernel = check_on_cpu(v, spec, inputs, out)
     assert_clean(kernel)
     return kernel
 

@@ -23,10 +23,7 @@ from matprobe.harness.inputs import (  # noqa: E402
     MatmulInputs,
     empty_output,
     make_inputs,
-    reference,
-    reference_scale,
 )
-from matprobe.harness.validate import compare, tolerance  # noqa: E402
 from matprobe.harness.variants import Variant, variant_family  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.variants import triton_splitk  # noqa: E402
@@ -38,8 +35,8 @@ from matprobe.variants.triton_splitk import (  # noqa: E402
     k_mode,
     plan_split,
 )
+from triton_checks import CPU, check_on_cpu  # noqa: E402
 
-CPU = DeviceInfo(kind="cpu", name="test")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)
 MODES = ("atomic", "twopass", "atomic_last")
 
@@ -85,17 +82,9 @@ def check(
     seed: int = 1234,
 ) -> SplitKGemv:
     """One call, judged by the harness's own bar (validate.compare / tolerance)."""
-    assert v.unsupported_reason(spec, CPU) is None
-    inputs = make_inputs(spec, seed=seed) if inputs is None else inputs
-    out = empty_output(spec, "cpu") if out is None else out
-    out.fill_(float("nan"))  # unwritten elements stay NaN and fail
     run = v.build(spec, CPU) if run is None else run
     assert isinstance(run, SplitKGemv)
-    run(inputs, out)
-    k = spec.k or 1
-    result = compare(out, reference(inputs), reference_scale(inputs), k)
-    problem = result.failure(*tolerance(spec.dtype or "f32", k))
-    assert problem is None, f"{v.id} {spec} plan={run.plan}: {problem}"
+    check_on_cpu(v, spec, inputs, out, kernel=run, seed=seed)
     assert_clean(run)
     return run
 

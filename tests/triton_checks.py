@@ -1,0 +1,52 @@
+"""The one correctness bar every Triton family's interpreter tests share: the
+harness's own (``validate.compare`` within ``validate.tolerance``), on an
+output poisoned with NaN so that an element no program writes fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from matprobe.harness.device import DeviceInfo
+from matprobe.harness.inputs import (
+    MatmulInputs,
+    empty_output,
+    make_inputs,
+    reference,
+    reference_scale,
+)
+from matprobe.harness.validate import compare, tolerance
+from matprobe.harness.variants import Variant
+from matprobe.spec import MatmulSpec
+
+CPU = DeviceInfo(kind="cpu", name="test")
+
+
+def assert_matches_reference(out: Any, inputs: MatmulInputs, spec: MatmulSpec, what: str) -> None:
+    """Norm-wise and per-element error within the harness's tolerance for this dtype and k."""
+    k = spec.k or 1
+    result = compare(out, reference(inputs), reference_scale(inputs), k)
+    failure = result.failure(*tolerance(spec.dtype or "f32", k))
+    assert failure is None, f"{what} {spec.key()}: {failure}"
+
+
+def check_on_cpu(
+    v: Variant,
+    spec: MatmulSpec,
+    inputs: MatmulInputs | None = None,
+    out: Any = None,
+    *,
+    kernel: Any = None,
+    seed: int = 1234,
+    runs: int = 1,
+) -> Any:
+    """Build ``v`` for the CPU (the interpreter) unless ``kernel`` is given, run it
+    ``runs`` times on the same inputs, judge every run; returns the kernel."""
+    assert v.unsupported_reason(spec, CPU) is None
+    inputs = make_inputs(spec, seed=seed) if inputs is None else inputs
+    out = empty_output(spec, "cpu") if out is None else out
+    kernel = v.build(spec, CPU) if kernel is None else kernel
+    for _ in range(runs):  # a rerun sees whatever state (counters) the last one left
+        out.fill_(float("nan"))
+        kernel(inputs, out)
+        assert_matches_reference(out, inputs, spec, v.id)
+    return kernel
