@@ -193,8 +193,26 @@ def fake_gpu_only(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInf
     return run
 
 
+@variant_family(name="cheat.scribble", ops=ALL_OPS)
+def cheat_scribble(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+    """Overwrites its inputs with a problem whose answer is trivial, then answers
+    that one: a harness that derives the reference from the inputs after the call
+    would grade it correct."""
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        inputs.a.fill_(0.5)
+        inputs.b.fill_(0.25)
+        for extra in (inputs.bias, inputs.c0):
+            if extra is not None:
+                extra.fill_(0.125)
+        out.copy_(exact(inputs))
+
+    return run
+
+
 CHEATERS: tuple[VariantFamily, ...] = (
     cheat_zeros, cheat_half, cheat_previous, cheat_first_seed, cheat_one_element, cheat_sloppy,
+    cheat_scribble,
 )
 FAMILIES: tuple[VariantFamily, ...] = (
     fake_exact, *CHEATERS, cheat_side_stream, fake_flaky, fake_broken, fake_m1_only,

@@ -14,7 +14,13 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 
 import fake_variants  # noqa: E402
 from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.inputs import make_inputs, reference, shapes  # noqa: E402
+from matprobe.harness.inputs import (  # noqa: E402
+    fresh_copy,
+    make_inputs,
+    reference,
+    seeded_case,
+    shapes,
+)
 from matprobe.harness.measure import PairContext, classify, measure_pair_safely  # noqa: E402
 from matprobe.harness.report import (  # noqa: E402
     build_report,
@@ -91,6 +97,28 @@ def test_inputs_layouts_and_scale(spec: MatmulSpec) -> None:
     assert not torch.equal(make_inputs(spec, 8).b, inputs.b)
 
 
+@pytest.mark.parametrize("spec", SPECS[:3], ids=SPEC_IDS)
+def test_seeded_cases_are_computed_once_and_never_written_through(spec: MatmulSpec) -> None:
+    from matprobe.harness import inputs as inputs_module
+
+    case = seeded_case(spec, 11)
+    fresh = make_inputs(spec, 11)
+    assert torch.equal(case.inputs.a, fresh.a) and torch.equal(case.inputs.b, fresh.b)
+    assert torch.equal(case.reference, reference(fresh))
+    assert seeded_case(spec, 11) is case  # reused, not recomputed
+    copy = fresh_copy(case.inputs, "cpu")
+    assert copy.a.data_ptr() != case.inputs.a.data_ptr()
+    copy.a.fill_(3.0)
+    copy.b.fill_(3.0)
+    assert torch.equal(case.inputs.a, fresh.a) and torch.equal(case.inputs.b, fresh.b)
+    # A bounded cache: old cases are dropped, a dropped case is recomputed equal.
+    for seed in range(100, 100 + inputs_module.CASE_CACHE_SIZE):
+        seeded_case(spec, seed)
+    again = seeded_case(spec, 11)
+    assert again is not case and torch.equal(again.reference, case.reference)
+    assert len(inputs_module._cases) <= inputs_module.CASE_CACHE_SIZE
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
 @pytest.mark.parametrize("name", ["fake.exact", "fake.m1_only"])
 def test_correct_variants_pass_and_are_timed(spec: MatmulSpec, name: str) -> None:
@@ -116,6 +144,7 @@ def test_correct_variants_pass_and_are_timed(spec: MatmulSpec, name: str) -> Non
         ("cheat.first_seed", "trial 2/3"),
         ("cheat.one_element", "error"),
         ("cheat.sloppy", "norm-wise error"),  # 1e-3 relative: fine for bf16, not for f32
+        ("cheat.scribble", "trial 1/3"),  # graded against the inputs it was given
     ],
 )
 @pytest.mark.parametrize("spec", [spec_of(n=300, k=96), spec_of(op="matmul_alpha_beta", batch=2,

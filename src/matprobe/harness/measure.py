@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import empty_output, make_inputs, reference, reference_scale
+from matprobe.harness.inputs import (
+    empty_output,
+    fresh_copy,
+    make_inputs,
+    reference,
+    reference_scale,
+    seeded_case,
+)
 from matprobe.harness.results import Clocks, ErrorKind, PairResult, Status
 from matprobe.harness.timing import (
     TimingPolicy,
@@ -118,12 +125,16 @@ def measure_pair(spec: MatmulSpec, variant: Variant, ctx: PairContext) -> PairRe
     fn = variant.build(spec, device)
 
     def trial(t: int) -> tuple[Any, Any, Any]:
-        inputs = make_inputs(spec, VALIDATION_SEED + t, where)
+        # The reference comes from the pristine inputs, never from the copy the
+        # kernel was given: a kernel that rewrites its inputs is graded against
+        # the problem it was asked, not the one it left behind.
+        case = seeded_case(spec, VALIDATION_SEED + t)
+        inputs = fresh_copy(case.inputs, where)
         out = empty_output(spec, where)
         out.fill_(float("nan"))
         fn(inputs, out)
         _sync(device)
-        return out, reference(inputs), reference_scale(inputs)
+        return out, case.reference, case.scale
 
     checked = validate(spec, trial, policy.trials)
     if not checked.passed:
@@ -159,7 +170,7 @@ def measure_pair_safely(spec: MatmulSpec, variant: Variant, ctx: PairContext) ->
 
 
 def _time_cpu(spec: MatmulSpec, fn: KernelFn, policy: TimingPolicy) -> Clocks:
-    inputs = make_inputs(spec, TIMING_SEED, "cpu")
+    inputs = fresh_copy(seeded_case(spec, TIMING_SEED).inputs, "cpu")
     out = empty_output(spec, "cpu")
     device_clock = time_loop_cpu(fn, [inputs], out, policy)
     host = time_host_cpu(fn, inputs, out, policy)
@@ -173,7 +184,8 @@ def _time_cuda(
     import torch
 
     where = _torch_device(device)
-    first = make_inputs(spec, TIMING_SEED, where)
+    first_case = seeded_case(spec, TIMING_SEED)
+    first = fresh_copy(first_case.inputs, where)
     n_sets = rotation_count(first.nbytes, device.l2_bytes, policy)
     sets = [first] + [make_inputs(spec, TIMING_SEED + i, where, generate_on_device=True)
                       for i in range(1, n_sets)]
@@ -182,7 +194,15 @@ def _time_cuda(
     if n_sets * first.nbytes < policy.cold_l2_factor * device.l2_bytes:
         notes.append(f"rotation capped at {n_sets} sets: weights may be partly L2-resident")
 
-    cold = capture(fn, sets, out, calls_per_sample(n_sets, policy), policy.warmup)
+    calls = calls_per_sample(n_sets, policy)
+    # The replay check's reference, from the last call's inputs before any call.
+    last = (calls - 1) % n_sets
+    if last == 0:
+        last_ref, last_scale = first_case.reference, first_case.scale
+    else:
+        last_ref, last_scale = reference(sets[last]), reference_scale(sets[last])
+    cold = capture(fn, sets, out, calls, policy.warmup)
+    assert cold.last_set == last
     device_clock = time_graph(cold, policy)
     # Replay check: poison, replay, compare the last call's output to its reference.
     out.fill_(float("nan"))
@@ -190,9 +210,7 @@ def _time_cuda(
     torch.cuda.synchronize()
     assert spec.dtype is not None and spec.k is not None
     tol_norm, tol_rel = tolerance(spec.dtype, spec.k)
-    last = sets[cold.last_set]
-    failure = compare(out, reference(last), reference_scale(last), spec.k).failure(
-        tol_norm, tol_rel)
+    failure = compare(out, last_ref, last_scale, spec.k).failure(tol_norm, tol_rel)
     del cold
     if failure:
         return Clocks(device=device_clock, notes=tuple(notes)), failure
