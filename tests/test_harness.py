@@ -373,3 +373,50 @@ def test_cancelling_sums_are_judged_on_the_term_scale(seed_n: int) -> None:
     spec = spec_of(op="matmul_bias_add", n=seed_n, k=300)
     assert measure(spec, torch_matmul.variants()[0]).status is Status.PASS
     assert measure(spec, variant("cheat.sloppy")).status is Status.FAIL
+
+
+# ---- the CUDA timing path's logic, on the CPU with a stand-in graph -----------------
+
+
+class _ReplayedCalls:
+    """Stands in for a CUDA graph: ``replay`` makes the captured calls again."""
+
+    def __init__(self, fn: Any, sets: list[Any], out: Any, calls: int) -> None:
+        self.fn, self.sets, self.out, self.calls = fn, sets, out, calls
+
+    def replay(self) -> None:
+        for i in range(self.calls):
+            self.fn(self.sets[i % len(self.sets)], self.out)
+
+
+@pytest.mark.parametrize("l2_bytes", [1, 1 << 20])  # one timing set, or several rotated
+@pytest.mark.parametrize(("name", "passes"), [("fake.exact", True), ("cheat.scribble", False)])
+def test_cuda_timing_path_checks_the_replay_against_pristine_inputs(
+    monkeypatch: pytest.MonkeyPatch, l2_bytes: int, name: str, passes: bool
+) -> None:
+    from matprobe.harness import measure as measure_module
+    from matprobe.harness.results import ClockStats
+    from matprobe.harness.timing import CapturedGraph
+
+    def capture(fn: Any, sets: Any, out: Any, calls: int, warmup: int) -> CapturedGraph:
+        for _ in range(warmup):
+            for inputs in sets:
+                fn(inputs, out)
+        _ReplayedCalls(fn, list(sets), out, calls).replay()
+        return CapturedGraph(_ReplayedCalls(fn, list(sets), out, calls), calls,
+                             (calls - 1) % len(sets))
+
+    def clock(*_: Any) -> ClockStats:
+        return ClockStats.from_samples([1.0] * 10)
+
+    monkeypatch.setattr(measure_module, "_torch_device", lambda device: "cpu")
+    monkeypatch.setattr(measure_module, "capture", capture)
+    monkeypatch.setattr(measure_module, "time_graph", clock)
+    monkeypatch.setattr(measure_module, "time_host_cuda", clock)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    spec = spec_of(n=24, k=40)
+    device = DeviceInfo(kind="cuda", name="stand-in", l2_bytes=l2_bytes)
+    fn = variant(name).build(spec, CPU)
+    clocks, failure = measure_module._time_cuda(spec, fn, device, TimingPolicy())
+    assert clocks.device is not None
+    assert (failure is None) is passes, failure
