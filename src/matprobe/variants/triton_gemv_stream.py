@@ -61,11 +61,6 @@ def block_k(k: int) -> int:
     return max(16, 1 << max(k - 1, 0).bit_length())
 
 
-def w_dtype_bytes(dtype: Any) -> int:
-    """Bytes per element of a torch dtype (the L2 prefetch counts 128-byte lines)."""
-    return int(dtype.itemsize)
-
-
 def programs(n_blocks: int, sm_count: int, per_sm: int) -> int:
     """The grid: ``per_sm`` programs on each SM, never more than the row blocks.
     Without SMs (the interpreter) ``per_sm`` programs, so each loops over many blocks."""
@@ -121,8 +116,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     requires=("triton", "torch"),
     interpreted_on_cpu=True,
     sources=(KERNELS_SOURCE, common.EPILOGUE_SOURCE,
-             Path(common.__file__).read_text(encoding="utf-8"), block_k, programs,
-             w_dtype_bytes),
+             Path(common.__file__).read_text(encoding="utf-8"), block_k, programs),
 )
 def GEMV_STREAM(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
@@ -157,7 +151,7 @@ def GEMV_STREAM(  # noqa: N802 - the family is a module constant
     if pdl:
         constants.update(common.PDL_CONSTANTS)
     if params.get("pf", 0):
-        line_elems = 128 // w_dtype_bytes(dtype)
+        line_elems = 128 // dtype.itemsize  # elements in one 128-byte line
         constants.update(PREFETCH=True, LINE_ELEMS=line_elems, LINES=max(1, bk // line_elems))
 
     def run(inputs: MatmulInputs, out: Any) -> None:
