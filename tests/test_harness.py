@@ -364,6 +364,35 @@ def test_impact_uses_counts_and_tokens() -> None:
     assert "96.0 µs per token over 10 tokens" in render_terminal(report)
 
 
+def test_impact_states_the_stand_alone_figure_when_a_pdl_variant_wins() -> None:
+    """A pdl=1 winner's time includes overlap with the previous call, so the total
+    also says what stand-alone launches save."""
+    from dataclasses import replace
+
+    from matprobe.harness.report import Report, Row, SpecSection
+
+    spec = _profiled(spec_of(), count=240, avg_ms=0.2)
+    measured = measure(spec, variant("fake.exact"))
+
+    def row(variant_id: str, pdl: int, us: float) -> Row:
+        result = replace(measured, variant_id=variant_id, params={"pdl": pdl})
+        return Row(result, (), us, None, None, None, None, None)
+
+    rows = (row("k/pdl1", 1, 5.0), row("k/pdl0", 0, 7.0))
+    section = SpecSection(spec, rows, (), "base", "k/pdl1", baseline_us=10.0, best_us=5.0)
+    report = Report([section], CPU, FAST, "", 1, 0.0, False, tokens=10)
+    assert section.best_is_pdl
+    assert report.impact_ms() == pytest.approx(240 * 5.0 / 1000)
+    assert report.stand_alone_impact_ms() == pytest.approx(240 * 3.0 / 1000)
+    assert ("without pdl1 variants (stand-alone launches): 0.720 ms saved per profiled run "
+            "= 72.0 µs per token") in render_terminal(report)
+    assert to_json(report)["stand_alone_impact_ms_per_run"] == pytest.approx(0.72)
+    plain = replace(section, best_id="k/pdl0", best_us=7.0)
+    no_pdl = Report([plain], CPU, FAST, "", 1, 0.0, False, tokens=10)
+    assert not plain.best_is_pdl and no_pdl.stand_alone_impact_ms() is None
+    assert "stand-alone" not in render_terminal(no_pdl)
+
+
 @pytest.mark.parametrize("seed_n", [1, 2])
 def test_cancelling_sums_are_judged_on_the_term_scale(seed_n: int) -> None:
     """n = 1 with a bias: an output can cancel to ~0 while its terms are O(1); plain
