@@ -26,6 +26,7 @@ from matprobe.harness.variants import Variant, variant_family  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.variants import triton_gemv  # noqa: E402
 from matprobe.variants.triton_gemv import FAMILIES, GEMV_NT  # noqa: E402
+from triton_checks import assert_rejects_bad_operands  # noqa: E402
 
 CPU = DeviceInfo(kind="cpu", name="test")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0))
@@ -184,18 +185,7 @@ def test_writes_nothing_past_n() -> None:
 
 def test_run_rejects_mismatched_tensors() -> None:
     spec = spec_for(5, 7, 1, "f16", "bias")
-    run = variant("bn64_bk128").build(spec, CPU)
-    inputs = make_inputs(spec, seed=0)
-    with pytest.raises(ValueError, match=r"out is torch.float32, expected torch.float16"):
-        run(inputs, torch.empty(1, 1, 5))
-    with pytest.raises(ValueError, match=r"out has shape \(1, 1, 6\)"):
-        run(inputs, torch.empty(1, 1, 6, dtype=torch.float16))
-    with pytest.raises(ValueError, match="bias is missing"):
-        run(replace(inputs, bias=None), empty_output(spec, "cpu"))
-    with pytest.raises(ValueError, match="carry C0"):
-        run(replace(inputs, c0=torch.ones(1, 1, 5, dtype=torch.float16)), empty_output(spec, "cpu"))
-    with pytest.raises(ValueError, match=r"tb=True"):
-        run(replace(inputs, tb=False), empty_output(spec, "cpu"))
+    assert_rejects_bad_operands(variant("bn64_bk128").build(spec, CPU), spec)
 
 
 def test_build_refuses_unsupported_and_interpreter_on_gpu() -> None:

@@ -18,9 +18,6 @@ pytest.importorskip("triton", reason="triton.gemv_stream tests need triton (its 
 
 from matprobe.errors import MatprobeError  # noqa: E402
 from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.inputs import (  # noqa: E402
-    make_inputs,
-)
 from matprobe.harness.variants import Variant  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.variants.triton_gemv_stream import (  # noqa: E402
@@ -29,7 +26,7 @@ from matprobe.variants.triton_gemv_stream import (  # noqa: E402
     block_k,
     programs,
 )
-from triton_checks import CPU, check_on_cpu  # noqa: E402
+from triton_checks import CPU, assert_rejects_bad_operands, check_on_cpu  # noqa: E402
 
 HOPPER = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)
 AMPERE = DeviceInfo(kind="cuda", name="fake A100", capability=(8, 0), sm_count=108)
@@ -105,13 +102,8 @@ def test_default_grid_on_a_small_gemv() -> None:
 
 
 def test_run_rejects_mismatched_tensors() -> None:
-    spec = spec_for(20, 30, "f32", "plain")
-    run = point(2, 2, 1).build(spec, CPU)
-    inputs = make_inputs(spec, seed=1)
-    with pytest.raises(ValueError, match="out has shape"):
-        run(inputs, torch.empty((1, 1, 21)))
-    with pytest.raises(ValueError, match=r"expected torch\.float32"):
-        run(inputs, torch.empty((1, 1, 20), dtype=torch.float16))
+    spec = spec_for(20, 30, "f16", "bias")
+    assert_rejects_bad_operands(point(2, 2, 1).build(spec, CPU), spec)
 
 
 # ---- capability reasons and identity -------------------------------------------

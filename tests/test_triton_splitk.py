@@ -35,7 +35,7 @@ from matprobe.variants.triton_splitk import (  # noqa: E402
     k_mode,
     plan_split,
 )
-from triton_checks import CPU, check_on_cpu  # noqa: E402
+from triton_checks import CPU, assert_rejects_bad_operands, check_on_cpu  # noqa: E402
 
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)
 MODES = ("atomic", "twopass", "atomic_last")
@@ -290,20 +290,7 @@ def test_auto_split_follows_sms_and_batch() -> None:
 
 def test_run_rejects_mismatched_tensors() -> None:
     spec = spec_for(5, 1024, 1, "f16", "bias")
-    run = variant("atomic_last").build(spec, CPU)
-    inputs = make_inputs(spec, seed=0)
-    with pytest.raises(ValueError, match=r"out is torch.float32, expected torch.float16"):
-        run(inputs, torch.empty(1, 1, 5))
-    with pytest.raises(ValueError, match=r"out has shape \(1, 1, 6\)"):
-        run(inputs, torch.empty(1, 1, 6, dtype=torch.float16))
-    with pytest.raises(ValueError, match="bias is missing"):
-        run(replace(inputs, bias=None), empty_output(spec, "cpu"))
-    with pytest.raises(ValueError, match="carry C0"):
-        run(replace(inputs, c0=torch.ones(1, 1, 5, dtype=torch.float16)), empty_output(spec, "cpu"))
-    with pytest.raises(ValueError, match=r"tb=True"):
-        run(replace(inputs, tb=False), empty_output(spec, "cpu"))
-    with pytest.raises(ValueError, match=r"W has shape \(1, 5, 1000\)"):
-        run(replace(inputs, b=inputs.b[:, :, :1000]), empty_output(spec, "cpu"))
+    assert_rejects_bad_operands(variant("atomic_last").build(spec, CPU), spec)
 
 
 def test_build_refuses_unsupported_and_interpreter_on_gpu() -> None:

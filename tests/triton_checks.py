@@ -4,6 +4,7 @@ output poisoned with NaN so that an element no program writes fails."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from matprobe.harness.device import DeviceInfo
@@ -50,3 +51,27 @@ def check_on_cpu(
         kernel(inputs, out)
         assert_matches_reference(out, inputs, spec, v.id)
     return kernel
+
+
+def assert_rejects_bad_operands(run: Any, spec: MatmulSpec) -> None:
+    """A row GEMV's ``run`` (W stored [batch, n, k]) built for an f16 bias-add spec
+    with batch 1 names each wrong operand instead of launching on it."""
+    import pytest
+    import torch
+
+    assert spec.dtype == "f16" and spec.has_bias and spec.batch == 1
+    n, k = spec.n_total or 0, spec.k or 0
+    inputs = make_inputs(spec, seed=0)
+    good_out = empty_output(spec, "cpu")
+    with pytest.raises(ValueError, match=r"out is torch.float32, expected torch.float16"):
+        run(inputs, torch.empty(1, 1, n))
+    with pytest.raises(ValueError, match=rf"out has shape \(1, 1, {n + 1}\)"):
+        run(inputs, torch.empty(1, 1, n + 1, dtype=torch.float16))
+    with pytest.raises(ValueError, match="bias is missing"):
+        run(replace(inputs, bias=None), good_out)
+    with pytest.raises(ValueError, match="carry C0"):
+        run(replace(inputs, c0=torch.ones(1, 1, n, dtype=torch.float16)), good_out)
+    with pytest.raises(ValueError, match=r"tb=True"):
+        run(replace(inputs, tb=False), good_out)
+    with pytest.raises(ValueError, match=rf"W has shape \(1, {n}, {k - 1}\)"):
+        run(replace(inputs, b=inputs.b[:, :, : k - 1]), good_out)
