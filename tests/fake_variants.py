@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -41,6 +42,47 @@ def fake_exact(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) 
 
     def run(inputs: MatmulInputs, out: Any) -> None:
         out.copy_(exact(inputs))
+
+    return run
+
+
+@variant_family(name="fake.exact_pdl", ops=ALL_OPS, devices=("cpu", "cuda"), grid={"pdl": (1,)})
+def fake_exact_pdl(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+    """Correct, and says it launches early (pdl=1): the dependent chain must pass it."""
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        out.copy_(exact(inputs))
+
+    return run
+
+
+@variant_family(name="fake.slow", ops=ALL_OPS, devices=("cpu",), grid={"ms": (2,)})
+def fake_slow(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+    """Correct, and sleeps ``ms`` milliseconds a call: clearly slower than any baseline."""
+    delay = float(params["ms"]) / 1000.0
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        time.sleep(delay)
+        out.copy_(exact(inputs))
+
+    return run
+
+
+@variant_family(name="fake.self_overlap", ops=ALL_OPS, devices=("cpu",), grid={"pdl": (1,)})
+def fake_self_overlap(spec: MatmulSpec, params: Mapping[str, Any],
+                      device: DeviceInfo) -> KernelFn:
+    """Correct; fast (0.3 ms) only when called back to back with itself on an x that
+    nothing rewrote in between — as a PDL kernel overlapping its own previous call —
+    and slow (3 ms) after another kernel wrote its x, as in a decode token.
+    ``_version`` counts in-place writes to a tensor."""
+    seen: dict[int, int] = {}
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        key = id(inputs.a)
+        overlapped = seen.get(key) == inputs.a._version
+        time.sleep(0.0003 if overlapped else 0.003)
+        out.copy_(exact(inputs))
+        seen[key] = inputs.a._version
 
     return run
 
@@ -210,13 +252,125 @@ def cheat_scribble(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceIn
     return run
 
 
+@variant_family(name="cheat.memo_pointer", ops=ALL_OPS)
+def cheat_memo_pointer(spec: MatmulSpec, params: Mapping[str, Any],
+                       device: DeviceInfo) -> KernelFn:
+    """Memoises its answer by input pointers: right the first time it sees a set of
+    buffers, instant (and stale) after — what a kernel caching across calls, or an
+    answer baked into a captured graph, does."""
+    memory: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        key = tuple(t.data_ptr() for t in inputs.tensors())
+        if key not in memory:
+            memory[key] = exact(inputs).to(out.dtype)
+        out.copy_(memory[key])
+
+    return run
+
+
+@variant_family(name="cheat.some_calls", ops=ALL_OPS)
+def cheat_some_calls(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+    """Right on its first three calls (the validation trials), then does the work on
+    one call in four and leaves the output alone on the others."""
+    calls = [0]
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        calls[0] += 1
+        if calls[0] <= 3 or calls[0] % 4 == 0:
+            out.copy_(exact(inputs))
+
+    return run
+
+
+def _fp32_tiles_fp16_sum(inputs: MatmulInputs, out: Any, tile: int, drop: int = 0) -> None:
+    """Each K tile summed in fp32 (as tl.dot would), the running sum kept in the
+    output dtype between tiles; ``drop`` leaves out the last K columns."""
+    a, b = inputs.a_mk().to(torch.float32), inputs.b_kn().to(torch.float32)
+    k = a.shape[-1] - drop
+    acc = torch.zeros(out.shape, dtype=out.dtype)
+    for k0 in range(0, k, tile):
+        k1 = min(k0 + tile, k)
+        acc = (acc.to(torch.float32) + a[..., k0:k1] @ b[..., k0:k1, :]).to(out.dtype)
+    result = inputs.alpha * acc.to(torch.float64)
+    if inputs.c0 is not None:
+        result = result + inputs.beta * inputs.c0.to(torch.float64)
+    if inputs.bias is not None:
+        result = result + inputs.bias.to(torch.float64)
+    out.copy_(result)
+
+
+@variant_family(name="cheat.half_running_sum", ops=ALL_OPS)
+def cheat_half_running_sum(spec: MatmulSpec, params: Mapping[str, Any],
+                           device: DeviceInfo) -> KernelFn:
+    """fp32 within a 128-wide K tile, the running sum in fp16/bf16 across tiles."""
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        _fp32_tiles_fp16_sum(inputs, out, tile=128)
+
+    return run
+
+
+@variant_family(name="cheat.drop_k_tail", ops=ALL_OPS)
+def cheat_drop_k_tail(spec: MatmulSpec, params: Mapping[str, Any],
+                      device: DeviceInfo) -> KernelFn:
+    """fp32 accumulation, one rounding — but the last 3 K columns are skipped."""
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        _fp32_tiles_fp16_sum(inputs, out, tile=1 << 30, drop=3)
+
+    return run
+
+
+@variant_family(name="cheat.out_of_bounds", ops=ALL_OPS)
+def cheat_out_of_bounds(spec: MatmulSpec, params: Mapping[str, Any],
+                        device: DeviceInfo) -> KernelFn:
+    """Right answer, but stores whole 64-wide tiles: writes past the end of its
+    output when n is not a multiple of 64 (an unmasked tail)."""
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        out.copy_(exact(inputs))
+        numel = out.numel()
+        padded = -(-numel // 64) * 64
+        if padded > numel:
+            tail = torch.as_strided(out, (padded - numel,), (1,), out.storage_offset() + numel)
+            tail.fill_(0.0)
+
+    return run
+
+
+@variant_family(name="cheat.pdl_early_x", ops=ALL_OPS, grid={"pdl": (1,)})
+def cheat_pdl_early_x(spec: MatmulSpec, params: Mapping[str, Any],
+                      device: DeviceInfo) -> KernelFn:
+    """Stands in for a PDL kernel that loads x before waiting on the kernel that
+    writes it: it computes with the x its buffer held when the previous call on the
+    same buffer ended (before the producer's new write landed). Right whenever
+    each call has a buffer of its own — as in the validation trials."""
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        # What the buffer held when the last call on it ended, kept on the tensor
+        # object itself (it dies with the buffer; a new buffer has no past).
+        current = inputs.a
+        early = getattr(current, "_x_at_last_call", None)
+        current._x_at_last_call = current.clone()  # type: ignore[attr-defined]
+        out.copy_(exact(replace(inputs, a=current if early is None else early)))
+
+    return run
+
+
 CHEATERS: tuple[VariantFamily, ...] = (
     cheat_zeros, cheat_half, cheat_previous, cheat_first_seed, cheat_one_element, cheat_sloppy,
     cheat_scribble,
 )
+#: Cheaters of the checks after validation: memoising, lazy, out-of-bounds, early x.
+TIMED_CHEATERS: tuple[VariantFamily, ...] = (
+    cheat_memo_pointer, cheat_some_calls, cheat_out_of_bounds, cheat_pdl_early_x,
+)
+#: Wrong arithmetic that a loose tolerance lets through.
+ARITHMETIC_CHEATERS: tuple[VariantFamily, ...] = (cheat_half_running_sum, cheat_drop_k_tail)
 FAMILIES: tuple[VariantFamily, ...] = (
-    fake_exact, *CHEATERS, cheat_side_stream, fake_flaky, fake_broken, fake_m1_only,
-    fake_gpu_only,
+    fake_exact, fake_exact_pdl, fake_slow, fake_self_overlap, *CHEATERS, *TIMED_CHEATERS,
+    *ARITHMETIC_CHEATERS, cheat_side_stream, fake_flaky, fake_broken, fake_m1_only, fake_gpu_only,
 )
 
 

@@ -18,8 +18,9 @@ if os.environ.get("TRITON_INTERPRET") == "1":
                 allow_module_level=True)
 
 import fake_variants  # noqa: E402
+import gpu_cheaters  # noqa: E402
 from matprobe.harness.device import detect  # noqa: E402
-from matprobe.harness.measure import PairContext, measure_pair_safely  # noqa: E402
+from matprobe.harness.measure import PairContext, measure_pair_safely, validate_pair  # noqa: E402
 from matprobe.harness.results import Status  # noqa: E402
 from matprobe.harness.timing import TimingPolicy  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
@@ -32,11 +33,12 @@ POLICY = TimingPolicy(kernel_clock=True, budget_s=0.05)
 GEMV = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16")
 
 
-def measure(spec: MatmulSpec, family, **params):  # type: ignore[no-untyped-def]
+def measure(spec: MatmulSpec, family, baseline=None, **params):  # type: ignore[no-untyped-def]
     """The family's first default variant, or the one grid point ``params`` names."""
     grid = {name: (value,) for name, value in params.items()} or None
     (variant, *_) = family.variants(grid)
-    return measure_pair_safely(spec, variant, PairContext(GPU, POLICY))
+    base = baseline.variants()[0] if baseline is not None else None
+    return measure_pair_safely(spec, variant, PairContext(GPU, POLICY), base)
 
 
 def test_cublas_baseline_has_all_three_clocks() -> None:
@@ -120,3 +122,87 @@ def test_gemv_stream_validates_under_graph_replay(key: str, params: dict[str, in
         pytest.skip("PDL needs compute capability ≥ 9.0")
     result = measure(MatmulSpec.parse(key), GEMV_STREAM, **{"pf": 0, **params})
     assert result.status is Status.PASS, result.reason
+
+
+# ---- verdicts an engine can be built on (each cheater passed the harness before) --------
+
+O_PROJ = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=896 | k=896 | tA=0 | tB=1 | dtype=f16")
+AWKWARD = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=53 | k=896 | tA=0 | tB=1 | dtype=f16")
+
+
+@pytest.mark.parametrize(
+    ("family", "spec", "needle"),
+    [
+        (gpu_cheaters.UNMASKED_STORE, AWKWARD, "wrote outside its output"),
+        (gpu_cheaters.HALF_RUNNING_SUM, O_PROJ, "trial"),
+        (gpu_cheaters.HALF_RUNNING_SUM, GEMV, "trial"),
+        (gpu_cheaters.HALF_RUNNING_SUM,
+         MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1 | dtype=bf16"),
+         "trial"),
+        (gpu_cheaters.memo_capture, O_PROJ, ""),
+        (fake_variants.cheat_memo_pointer, O_PROJ, ""),
+        (fake_variants.cheat_some_calls, O_PROJ, ""),
+    ],
+)
+def test_gpu_cheaters_fail(family, spec: MatmulSpec, needle: str) -> None:  # type: ignore[no-untyped-def]
+    result = measure(spec, family)
+    assert result.status is Status.FAIL, (family.name, result.reason)
+    assert needle in result.reason
+
+
+@pytest.mark.skipif(NO_PDL, reason="PDL needs compute capability ≥ 9.0")
+@pytest.mark.parametrize("spec", [O_PROJ, AWKWARD.with_dtype("bf16")])
+def test_reading_x_before_gdc_wait_fails_the_dependent_chain(spec: MatmulSpec) -> None:
+    honest = measure(spec, gpu_cheaters.PDL_HONEST)
+    assert honest.status is Status.PASS, honest.reason
+    result = measure(spec, gpu_cheaters.PDL_EARLY_X)
+    assert result.status is Status.FAIL
+    assert result.reason.startswith("dependent chain"), result.reason
+
+
+def test_candidate_is_interleaved_with_cublas() -> None:
+    result = measure(GEMV, GEMV_NT, baseline=torch_matmul)
+    assert result.status is Status.PASS, result.reason
+    ratio = result.clocks.vs_baseline
+    assert ratio is not None and ratio.lo <= ratio.median <= ratio.hi
+    assert ratio.n >= POLICY.min_samples and ratio.baseline_us > 0
+    assert result.clocks.gpu_state  # SM clock recorded per pair
+
+
+def _shipped_validation_points():  # type: ignore[no-untyped-def]
+    """Each shipped family's first grid point, and its first pdl=1 point."""
+    from matprobe.harness.variants import builtin_registry
+
+    for family in builtin_registry().families():
+        if family.name == "torch.compile":
+            continue  # minutes of compilation per shape; validated in its own test file
+        variants = family.variants()
+        points = [variants[0], *[v for v in variants if v.launches_early][:1]]
+        yield from points
+
+
+QWEN_SPECS = [
+    "op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1",
+    "op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1",
+    "op=matmul | batch=1 | m=1 | n=896 | k=896 | tA=0 | tB=1",
+    "op=matmul_bias_add | batch=1 | m=1 | n=1152 | k=896 | tA=0 | tB=0",
+    "op=matmul | batch=1 | m=1 | n=151936 | k=896 | tA=0 | tB=1",
+    "op=matmul_alpha_beta | batch=14 | m=1 | n=128 | k=64 | tA=0 | tB=1 | alpha=0.125",
+    "op=matmul_alpha_beta | batch=14 | m=1 | n=64 | k=128 | tA=0 | tB=0",
+]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_no_shipped_variant_fails_the_tolerances(dtype: str) -> None:
+    """No false FAIL: every shipped family (first grid point and first pdl=1 point)
+    validates on every Qwen2.5 decode shape it supports, in each dtype."""
+    failures = []
+    for variant in _shipped_validation_points():
+        for key in QWEN_SPECS:
+            spec = MatmulSpec.parse(key).with_dtype(dtype)
+            if variant.unsupported_reason(spec, GPU) is not None:
+                continue
+            checked = validate_pair(spec, variant.build(spec, GPU), GPU, 3)
+            if not checked.passed:
+                failures.append(f"{variant.id} {key}: {checked.failure}")
+    assert not failures, "\n".join(failures)

@@ -199,4 +199,4 @@ def test_the_report_explains_pdl_only_when_a_pdl_variant_runs() -> None:
                               PlannedPair(spec, pdl1, PairState.CACHED)]))
     assert not plan_has_pdl(Plan([PlannedPair(spec, pdl0, PairState.RUN),
                                   PlannedPair(spec, pdl1, PairState.UNSUPPORTED, "cpu")]))
-    assert "back to back" in PDL_NOTE and "pdl0" in PDL_NOTE
+    assert "producer kernel" in PDL_NOTE and "dependent calls" in PDL_NOTE

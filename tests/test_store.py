@@ -154,6 +154,41 @@ def test_get_many(tmp_path: Path) -> None:
         assert store.get_many([]) == {}
 
 
+def test_latest_keys_whatever_the_fingerprint_and_policy(tmp_path: Path) -> None:
+    base = make_result(1)
+    versions = [
+        replace(base, fingerprint="v3", measured_at="2026-11-28T00:00:00.000000Z"),
+        replace(base, policy="p-old", measured_at="2026-11-29T00:00:00.000000Z"),  # latest
+        replace(base, fingerprint="v1", measured_at="2026-11-26T00:00:00.000000Z"),
+        replace(base, device="h200", measured_at="2026-11-30T00:00:00.000000Z"),  # elsewhere
+    ]
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        for r in versions:
+            store.put(r)
+        pair = (base.spec_key, base.variant_id, base.device)
+        absent = (base.spec_key, "triton.gemv_nt/other", base.device)
+        latest = store.latest_keys(iter([pair, absent, pair]))
+        assert latest == {pair: ResultKey.of_result(versions[1])}
+        # The same timestamp: the row put later wins.
+        store.put(replace(base, fingerprint="v4", measured_at=versions[1].measured_at))
+        assert store.latest_keys([pair])[pair].fingerprint == "v4"
+        assert store.latest_keys([]) == {}
+
+
+def test_latest_keys_batches_many_pairs(tmp_path: Path) -> None:
+    results = [make_result(i) for i in range(400)]  # more pairs than one query takes
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        for r in results[::2]:
+            store.put(r)
+        pairs = [(r.spec_key, r.variant_id, r.device) for r in results]
+        latest = store.latest_keys(pairs)
+        assert set(latest) == set(pairs[::2])
+        assert all(
+            latest[p] == ResultKey.of_result(r)
+            for p, r in zip(pairs[::2], results[::2], strict=True)
+        )
+
+
 def test_put_rejects_empty_key_parts(tmp_path: Path) -> None:
     with ResultStore(tmp_path / "r.sqlite") as store:
         with pytest.raises(ValueError, match="empty fingerprint"):

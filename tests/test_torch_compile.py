@@ -140,7 +140,7 @@ def test_compiled_function_matches_reference(
 ) -> None:
     torch = pytest.importorskip("torch")
     from matprobe.harness.inputs import empty_output, make_inputs, reference, reference_scale
-    from matprobe.harness.validate import compare, tolerance
+    from matprobe.harness.validate import compare, spec_tolerance
 
     ta, tb = layout
     for m, n, k, batch in ((1, 37, 64, 3), (33, 17, 70, 1)):
@@ -152,7 +152,7 @@ def test_compiled_function_matches_reference(
         out.fill_(float("nan"))
         run(inputs, out)
         result = compare(out, reference(inputs), reference_scale(inputs), k)
-        failure = result.failure(*tolerance(dtype, k))
+        failure = result.failure(*spec_tolerance(spec))
         assert failure is None, f"{spec}: {failure}"
         assert out.dtype == getattr(torch, {"f32": "float32", "f16": "float16",
                                             "bf16": "bfloat16"}[dtype])  # fmt: skip

@@ -32,7 +32,7 @@ from matprobe.harness.inputs import (  # noqa: E402
     reference,
     reference_scale,
 )
-from matprobe.harness.validate import compare, tolerance  # noqa: E402
+from matprobe.harness.validate import compare, spec_tolerance  # noqa: E402
 from matprobe.harness.variants import Variant, variant_family  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.variants import triton_attention  # noqa: E402
@@ -397,4 +397,4 @@ def test_plain_and_bias_gemvs_run_through_the_same_kernels(tb: bool) -> None:
     out.fill_(float("nan"))
     v.build(spec, CPU)(inputs, out)
     result = compare(out, reference(inputs), reference_scale(inputs), spec.k)
-    assert result.failure(*tolerance("f16", 56)) is None
+    assert result.failure(*spec_tolerance(spec, interpreted=True)) is None

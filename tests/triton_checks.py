@@ -15,7 +15,7 @@ from matprobe.harness.inputs import (
     reference,
     reference_scale,
 )
-from matprobe.harness.validate import compare, tolerance
+from matprobe.harness.validate import compare, spec_tolerance
 from matprobe.harness.variants import Variant
 from matprobe.spec import MatmulSpec
 
@@ -26,7 +26,7 @@ def assert_matches_reference(out: Any, inputs: MatmulInputs, spec: MatmulSpec, w
     """Norm-wise and per-element error within the harness's tolerance for this dtype and k."""
     k = spec.k or 1
     result = compare(out, reference(inputs), reference_scale(inputs), k)
-    failure = result.failure(*tolerance(spec.dtype or "f32", k))
+    failure = result.failure(*spec_tolerance(spec, interpreted=True))
     assert failure is None, f"{what} {spec.key()}: {failure}"
 
 

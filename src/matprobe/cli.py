@@ -24,11 +24,12 @@ EXIT_USAGE = 2
 
 #: Said in every report with pdl=1 variants: what their device clock includes.
 PDL_NOTE = (
-    "pdl1 variants launch with programmatic dependent launch (Hopper+): each call reads "
-    "its weights before waiting on the previous kernel. Their device clock replays the "
-    "same kernel back to back, so it includes that overlap; in an engine the preceding "
-    "kernel must trigger its dependents early for the same gain. pdl0 rows are the "
-    "stand-alone figures."
+    "pdl1 variants launch with programmatic dependent launch (Hopper+): each call may read "
+    "its weights before the kernel that writes its input has finished. Their device clock, "
+    "like every row's, times each call after a different producer kernel that does not "
+    "trigger dependents early (as an engine's elementwise kernels), never back to back with "
+    "itself, so the figure holds in a decode token; every pdl1 variant also passed a chain "
+    "of 24 dependent calls."
 )
 
 
@@ -251,9 +252,24 @@ def _infer_tokens(specs: Sequence[MatmulSpec]) -> int | None:
     return tokens if tokens == min(counts) < max(counts) else None
 
 
-def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+def _measure_peaks(device: Any, store: Any) -> dict[str, Any] | None:
+    """The device's bandwidth ceilings, measured at the start of every CUDA run and
+    never reused from an earlier one (clocks, the driver, even the card behind a
+    device name change between runs). The latest also goes to the store's device
+    info, for history. None on the CPU."""
+    if device.kind != "cuda":
+        return None
     import datetime as dt
 
+    from matprobe.harness.peaks import measure_peaks_cuda
+
+    peaks = measure_peaks_cuda()
+    store.put_device_info(device.fingerprint, {
+        **peaks, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()})
+    return peaks
+
+
+def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.harness import device as device_mod
     from matprobe.harness.manifest import load_manifest
     from matprobe.harness.report import build_report, render_markdown, render_terminal, to_csv
@@ -289,26 +305,23 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         environment: dict[str, Any] = {"device": device.to_dict(), "source": source}
         clocks_before = gpu_clock_state() if device.kind == "cuda" else {}
         environment["gpu_clocks_before"] = clocks_before
+        peaks = _measure_peaks(device, store)
+        if peaks is not None:
+            environment["peaks"] = peaks  # stored with the run they are the ceilings of
         run_id = store.start_run(" ".join(["matprobe", *sys.argv[1:]]), environment)
-        peaks = None
-        if device.kind == "cuda":
-            peaks = store.get_device_info(device.fingerprint)
-            if peaks is None:
-                from matprobe.harness.timing import measure_peaks_cuda
-
-                peaks = dict(measure_peaks_cuda())
-                store.put_device_info(device.fingerprint, {
-                    **peaks, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()})
         plan = make_plan(specs, variants, device, policy, store, force=args.force)
         print(f"matprobe: {source}: {len(specs)} specs × {len(variants)} variants on "
               f"{device.name} ({device.kind}); {plan.summary()}", file=sys.stderr)
         progress = Progress(len([p for p in plan.pairs if p.state.value == "run"]))
+        baselines = {op: manifest.baseline_for(op, registry) for op in {s.kind for s in specs}}
         outcome = execute(plan, store, device, policy, run_id=run_id, timeout_s=args.timeout,
-                          progress=progress)
+                          progress=progress, baselines={
+                              op: _baseline_variant(target, registry)
+                              for op, target in baselines.items()})
         store.finish_run(run_id, "interrupted" if outcome.interrupted else "done")
-    baselines = {op: manifest.baseline_for(op, registry) for op in {s.kind for s in specs}}
+    peers = {family.name for family in registry.families() if family.peer}
     report = build_report(plan, outcome, baselines=baselines, device=device, policy=policy,
-                          peaks=peaks, tokens=tokens, source=source)
+                          peaks=peaks, tokens=tokens, source=source, peers=peers)
     if device.kind == "cuda":
         clocks_after = gpu_clock_state()
         held = sorted(set(throttling(clocks_before) + throttling(clocks_after)))
@@ -347,6 +360,15 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         print("matprobe: interrupted; finished pairs are stored", file=sys.stderr)
         return 130
     return 0
+
+
+def _baseline_variant(target: str | None, registry: Any) -> Any:
+    """The variant a baseline names: a variant id, or a family (its first grid point)."""
+    if target is None:
+        return None
+    if "/" in target:
+        return registry.variant(target)
+    return registry.family(target).variants()[0]
 
 
 def _one_point_per_interpreted_family(variants: list[Any]) -> tuple[list[Any], int]:

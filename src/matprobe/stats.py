@@ -97,3 +97,28 @@ class Stats:
             f"avg={self.avg_ms:.3f}ms | min={self.min_ms:.3f}ms | "
             f"max={self.max_ms:.3f}ms | p95_ms={self.p95_ms:.3f}ms, p99_ms={self.p99_ms:.3f}ms"
         )
+
+
+def median_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """(median, lo, hi): the sample median and a distribution-free confidence
+    interval for the population median from order statistics (the number of values
+    below the median is Binomial(n, ½); timing data is not normal, so no mean ± σ).
+
+    With too few values for the interval (n < 6 at 95 %), lo and hi are the
+    smallest and largest value — an honest "we cannot tell" rather than a
+    narrow figure."""
+    import math
+
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    n = ordered.size
+    if n == 0:
+        raise ValueError("no values")
+    median = float(np.median(ordered))
+    # Normal approximation to the binomial quantiles, with a continuity margin.
+    z = {0.9: 1.645, 0.95: 1.96, 0.99: 2.576}.get(round(confidence, 2), 1.96)
+    half = z * math.sqrt(n) / 2
+    low_rank = math.floor(n / 2 - half)
+    high_rank = math.ceil(n / 2 + half) - 1
+    if low_rank < 0 or high_rank > n - 1:
+        return median, float(ordered[0]), float(ordered[-1])
+    return median, float(ordered[low_rank]), float(ordered[high_rank])

@@ -14,6 +14,7 @@ values the kernel sees.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -109,34 +110,38 @@ def make_inputs(
                         ta=bool(spec.tA), tb=bool(spec.tB))
 
 
-def reference(inputs: MatmulInputs) -> torch.Tensor:
-    """float64 result ``α·A·B + β·C₀ + bias`` on the CPU from the rounded inputs.
+def reference(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
+    """float64 result ``α·A·B + β·C₀ + bias`` on ``device`` (the CPU unless asked:
+    a GPU's float64 is exact enough and much faster for the hundreds of input sets
+    a replay check covers) from the rounded inputs.
 
     The bias is added after α scaling (``addmm`` semantics: ``β·C + α·(A·B)``
     with the bias as C when there is no C₀) — matmul_bias_add has α = 1, so the
     order only matters for specs that set both, and it is documented here.
     """
-    a = inputs.a_mk().detach().to("cpu", torch_float64())
-    b = inputs.b_kn().detach().to("cpu", torch_float64())
+    f64 = torch_float64()
+    a = inputs.a_mk().detach().to(device, f64)
+    b = inputs.b_kn().detach().to(device, f64)
     out = inputs.alpha * (a @ b)
     if inputs.c0 is not None:
-        out = out + inputs.beta * inputs.c0.detach().to("cpu", torch_float64())
+        out = out + inputs.beta * inputs.c0.detach().to(device, f64)
     if inputs.bias is not None:
-        out = out + inputs.bias.detach().to("cpu", torch_float64())
+        out = out + inputs.bias.detach().to(device, f64)
     return out
 
 
-def reference_scale(inputs: MatmulInputs) -> torch.Tensor:
+def reference_scale(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
     """|α|·|A|·|B| + |β|·|C₀| + |bias| in float64: the size of the terms each output
     sums. Where the terms cancel (a near-zero output, n = 1 with a bias …) this,
     divided by √K, is the scale rounding errors are judged against."""
-    a = inputs.a_mk().detach().to("cpu", torch_float64()).abs()
-    b = inputs.b_kn().detach().to("cpu", torch_float64()).abs()
+    f64 = torch_float64()
+    a = inputs.a_mk().detach().to(device, f64).abs()
+    b = inputs.b_kn().detach().to(device, f64).abs()
     scale = abs(inputs.alpha) * (a @ b)
     if inputs.c0 is not None:
-        scale = scale + abs(inputs.beta) * inputs.c0.detach().to("cpu", torch_float64()).abs()
+        scale = scale + abs(inputs.beta) * inputs.c0.detach().to(device, f64).abs()
     if inputs.bias is not None:
-        scale = scale + inputs.bias.detach().to("cpu", torch_float64()).abs()
+        scale = scale + inputs.bias.detach().to(device, f64).abs()
     return scale
 
 
@@ -187,6 +192,15 @@ def fresh_copy(inputs: MatmulInputs, device: Any) -> MatmulInputs:
                    c0=copy(inputs.c0))
 
 
+def refill(inputs: MatmulInputs, spec: MatmulSpec, seed: int) -> None:
+    """Overwrite every tensor of ``inputs`` in place with the values of another seed
+    (same storage, new values): a kernel that memoises its answer by input pointer,
+    or that baked the inputs into a captured graph, now answers the old problem."""
+    fresh = make_inputs(spec, seed, inputs.a.device, generate_on_device=True)
+    for mine, new in zip(inputs.tensors(), fresh.tensors(), strict=True):
+        mine.copy_(new)
+
+
 def torch_float64() -> torch.dtype:
     import torch
 
@@ -198,3 +212,59 @@ def empty_output(spec: MatmulSpec, device: Any) -> torch.Tensor:
 
     return torch.empty(shapes(spec)["out"], dtype=torch_dtype(spec.dtype or "f32"),
                        device=device)
+
+
+#: Guard elements on each side of an output, at least (a whole output's worth when
+#: larger: a kernel that pads rows or columns to its tile writes that far past).
+GUARD_MIN_ELEMENTS = 4096
+#: What the guard zones hold: a finite value no kernel computes by accident.
+GUARD_SENTINEL = -1234.5
+
+
+class GuardedOutputs:
+    """``count`` outputs of a spec in one buffer, each between sentinel-filled
+    guard zones: ``[guard | out₀ | guard | out₁ | … | guard]``. A kernel that writes
+    past either end of its output (a tile not masked at n = 53, say) changes a
+    guard, which :meth:`breach` reports; the allocator's neighbours would have
+    hidden it."""
+
+    def __init__(self, spec: MatmulSpec, device: Any, count: int = 1) -> None:
+        import torch
+
+        shape = shapes(spec)["out"]
+        self.numel = math.prod(shape)
+        self.guard = max(GUARD_MIN_ELEMENTS, self.numel)
+        stride = self.numel + self.guard
+        self.buffer = torch.full((self.guard + count * stride,), GUARD_SENTINEL,
+                                 dtype=torch_dtype(spec.dtype or "f32"), device=device)
+        self.views = [
+            self.buffer[self.guard + i * stride: self.guard + i * stride + self.numel].view(shape)
+            for i in range(count)
+        ]
+        self._stride = stride
+        # Which elements are guards (True) — compared all at once: one sync per check.
+        offset = torch.arange(self.buffer.numel(), device=device) - self.guard
+        self._is_guard = (offset < 0) | (offset % stride >= self.numel)
+        self._pristine = self.buffer.clone()
+
+    def poison(self) -> None:
+        """NaN in every output (an element never written stays NaN)."""
+        self.buffer.masked_fill_(~self._is_guard, float("nan"))
+
+    def breach(self) -> str | None:
+        """None when every guard still holds the sentinel, else what was written where."""
+        import torch
+
+        size = self.buffer.element_size()
+        changed = (self.buffer.view(torch.uint8) != self._pristine.view(torch.uint8))
+        changed = changed.view(-1, size).any(dim=1) & self._is_guard
+        if not bool(changed.any()):
+            return None
+        first = int(torch.nonzero(changed)[0])
+        zone = first // self._stride  # guard i sits before output i
+        count = len(self.views)
+        where = ("before output 0" if zone == 0 else f"after output {zone - 1}"
+                 if zone == count else f"between outputs {zone - 1} and {zone}")
+        return (f"wrote outside its output: {int(changed.sum())} guard elements changed, "
+                f"first in the guard zone {where} (element {first - zone * self._stride} "
+                f"of {self.guard})")

@@ -1,39 +1,42 @@
 """Measure one variant on one spec, in the current process: build, validate, time.
 
-Order matters: a variant is timed only after it validated, and on the GPU its
-output is checked once more after a graph replay — work a kernel enqueued
-outside the captured stream (a side-stream cheater) is not in the graph and
-leaves the poisoned output unwritten.
+Order matters: a variant is timed only after it validated (every output inside
+guard zones); a kernel that launches early is checked in a dependent chain; the
+timed recording is checked call by call on refilled inputs afterwards (see
+:mod:`matprobe.harness.checks`) — work a kernel enqueued outside the captured
+stream, a memoised answer, real work on some calls only: all fail there.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from matprobe.harness.checks import check_chain, check_replay
 from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import (
-    empty_output,
-    fresh_copy,
-    make_inputs,
-    reference,
-    reference_scale,
-    seeded_case,
-)
+from matprobe.harness.inputs import GuardedOutputs, fresh_copy, make_inputs, seeded_case
 from matprobe.harness.results import Clocks, ErrorKind, PairResult, Status
+from matprobe.harness.sampling import (
+    Contender,
+    CpuRecorder,
+    CudaRecorder,
+    calls_steps,
+    interleave,
+    producer_sources,
+    producer_step,
+    ratio_of,
+)
 from matprobe.harness.timing import (
     TimingPolicy,
     calls_per_sample,
-    capture,
+    gpu_clock_state,
     rotation_count,
-    time_graph,
     time_host_cpu,
     time_host_cuda,
     time_kernels_profiler,
-    time_loop_cpu,
 )
-from matprobe.harness.validate import compare, tolerance, validate
+from matprobe.harness.validate import Validation, validate
 from matprobe.harness.variants import KernelFn, Variant
 from matprobe.spec import MatmulSpec
 
@@ -116,13 +119,16 @@ def _torch_device(device: DeviceInfo) -> str:
     return f"cuda:{device.index}" if device.kind == "cuda" else "cpu"
 
 
-def measure_pair(spec: MatmulSpec, variant: Variant, ctx: PairContext) -> PairResult:
-    """Build, validate and (if valid) time one pair. Exceptions are results, except
-    a poisoned CUDA context, which is raised as :class:`PoisonedContextError` after the
-    caller has had the chance to record it (see :func:`measure_pair_safely`)."""
-    device, policy = ctx.device, ctx.policy
+class GuardBreachError(Exception):
+    """A check other than the numeric comparison failed (a guard zone was written)."""
+
+
+def validate_pair(spec: MatmulSpec, fn: KernelFn, device: DeviceInfo,
+                  trials: int, *, interpreted: bool = False) -> Validation:
+    """The float64 validation of a built kernel: ``trials`` fresh seeded input sets,
+    each output NaN-poisoned inside guard zones. A written guard raises
+    :class:`GuardBreachError`."""
     where = _torch_device(device)
-    fn = variant.build(spec, device)
 
     def trial(t: int) -> tuple[Any, Any, Any]:
         # The reference comes from the pristine inputs, never from the copy the
@@ -130,37 +136,76 @@ def measure_pair(spec: MatmulSpec, variant: Variant, ctx: PairContext) -> PairRe
         # the problem it was asked, not the one it left behind.
         case = seeded_case(spec, VALIDATION_SEED + t)
         inputs = fresh_copy(case.inputs, where)
-        out = empty_output(spec, where)
-        out.fill_(float("nan"))
-        fn(inputs, out)
+        outputs = GuardedOutputs(spec, where)
+        outputs.poison()
+        fn(inputs, outputs.views[0])
         _sync(device)
-        return out, case.reference, case.scale
+        if breach := outputs.breach():
+            raise GuardBreachError(f"trial {t + 1}/{trials}: {breach}")
+        return outputs.views[0], case.reference, case.scale
 
-    checked = validate(spec, trial, policy.trials)
+    return validate(spec, trial, trials, interpreted=interpreted)
+
+
+def measure_pair(spec: MatmulSpec, variant: Variant, ctx: PairContext,
+                 baseline: Variant | None = None) -> PairResult:
+    """Build, validate and (if valid) time one pair — interleaved with ``baseline``
+    when one is given and it is another variant. Exceptions are results, except a
+    poisoned CUDA context, which is raised as :class:`PoisonedContextError` after the
+    caller has had the chance to record it (see :func:`measure_pair_safely`)."""
+    device, policy = ctx.device, ctx.policy
+    where = _torch_device(device)
+    fn = variant.build(spec, device)
+
+    def fail(reason: str, metrics: Any = None) -> PairResult:
+        return _result(spec, variant, ctx, status=Status.FAIL, reason=reason, metrics=metrics)
+
+    try:
+        interpreted = device.kind == "cpu" and variant.family.interpreted_on_cpu
+        checked = validate_pair(spec, fn, device, policy.trials, interpreted=interpreted)
+    except GuardBreachError as failed:
+        return fail(str(failed))
     if not checked.passed:
-        return _result(spec, variant, ctx, status=Status.FAIL, reason=checked.failure or "",
-                       metrics=checked.metrics)
+        return fail(checked.failure or "", checked.metrics)
+    recorder = CudaRecorder() if device.kind == "cuda" else CpuRecorder()
+    if variant.launches_early and (problem := check_chain(spec, fn, recorder, where)):
+        return fail(problem, checked.metrics)
 
     if device.kind == "cpu" and variant.family.interpreted_on_cpu:
         clocks = Clocks(notes=("Triton interpreter on the CPU: validated, not timed",))
-    elif device.kind == "cpu":
-        clocks = _time_cpu(spec, fn, policy)
     else:
-        clocks, replay_failure = _time_cuda(spec, fn, device, policy)
-        if replay_failure:
-            return _result(spec, variant, ctx, status=Status.FAIL, metrics=checked.metrics,
-                           reason=f"graph replay: {replay_failure}")
+        base = None
+        if baseline is not None and baseline.id != variant.id:
+            base = (baseline.id, _baseline_fn(spec, baseline, device))
+        clocks, problem = _time(spec, fn, device, policy, recorder, base)
+        if problem:
+            return fail(problem, checked.metrics)
     return _result(spec, variant, ctx, status=Status.PASS, metrics=checked.metrics,
                    clocks=clocks)
 
 
-def measure_pair_safely(spec: MatmulSpec, variant: Variant, ctx: PairContext) -> PairResult:
+#: Built baselines per (spec, baseline variant) in this worker: every candidate of
+#: a spec is interleaved with the same one.
+_baselines: dict[tuple[str, str], KernelFn] = {}
+
+
+def _baseline_fn(spec: MatmulSpec, baseline: Variant, device: DeviceInfo) -> KernelFn:
+    key = (spec.key(), baseline.id)
+    if key not in _baselines:
+        if len(_baselines) > 8:
+            _baselines.clear()
+        _baselines[key] = baseline.build(spec, device)
+    return _baselines[key]
+
+
+def measure_pair_safely(spec: MatmulSpec, variant: Variant, ctx: PairContext,
+                        baseline: Variant | None = None) -> PairResult:
     """:func:`measure_pair` with every exception turned into an ERROR result.
 
     Raises :class:`PoisonedContextError` (carrying the result) when the error leaves
     the CUDA context unusable, so the worker records it and exits."""
     try:
-        return measure_pair(spec, variant, ctx)
+        return measure_pair(spec, variant, ctx, baseline)
     except Exception as exc:
         kind, poisoned = classify(exc)
         result = error_result(spec, variant, ctx, kind, f"{type(exc).__name__}: {exc}")
@@ -169,66 +214,78 @@ def measure_pair_safely(spec: MatmulSpec, variant: Variant, ctx: PairContext) ->
         return result
 
 
-def _time_cpu(spec: MatmulSpec, fn: KernelFn, policy: TimingPolicy) -> Clocks:
-    inputs = fresh_copy(seeded_case(spec, TIMING_SEED).inputs, "cpu")
-    out = empty_output(spec, "cpu")
-    device_clock = time_loop_cpu(fn, [inputs], out, policy)
-    host = time_host_cpu(fn, inputs, out, policy)
-    return Clocks(device=device_clock, host=host,
-                  notes=("CPU: device clock is wall time per call; caches not flushed",))
-
-
-def _time_cuda(
-    spec: MatmulSpec, fn: KernelFn, device: DeviceInfo, policy: TimingPolicy
+def _time(
+    spec: MatmulSpec,
+    fn: KernelFn,
+    device: DeviceInfo,
+    policy: TimingPolicy,
+    recorder: CudaRecorder | CpuRecorder,
+    baseline: tuple[str, KernelFn] | None,
 ) -> tuple[Clocks, str | None]:
-    import torch
-
+    """The device clock after a producer, interleaved with the baseline (see
+    :mod:`matprobe.harness.sampling`), then the replay check on refilled inputs,
+    then the hot, host and (optionally) kernel clocks. Returns the clocks and the
+    replay check's failure, if any."""
     where = _torch_device(device)
-    first_case = seeded_case(spec, TIMING_SEED)
-    first = fresh_copy(first_case.inputs, where)
+    cuda = device.kind == "cuda"
+    first = fresh_copy(seeded_case(spec, TIMING_SEED).inputs, where)
     n_sets = rotation_count(first.nbytes, device.l2_bytes, policy)
     sets = [first] + [make_inputs(spec, TIMING_SEED + i, where, generate_on_device=True)
                       for i in range(1, n_sets)]
-    out = empty_output(spec, where)
     notes: list[str] = []
-    if n_sets * first.nbytes < policy.cold_l2_factor * device.l2_bytes:
+    if cuda and n_sets * first.nbytes < policy.cold_l2_factor * device.l2_bytes:
         notes.append(f"rotation capped at {n_sets} sets: weights may be partly L2-resident")
+    # On the GPU a sample is a graph of many calls; on the CPU one round over the sets.
+    calls = calls_per_sample(n_sets, policy) if cuda else n_sets
+    sources = producer_sources(sets)
+    producer = recorder.record(
+        [producer_step(sources[i % n_sets], sets[i % n_sets]) for i in range(calls)],
+        policy.warmup)
 
-    calls = calls_per_sample(n_sets, policy)
-    # The replay check's reference, from the last call's inputs before any call.
-    last = (calls - 1) % n_sets
-    if last == 0:
-        last_ref, last_scale = first_case.reference, first_case.scale
-    else:
-        last_ref, last_scale = reference(sets[last]), reference_scale(sets[last])
-    cold = capture(fn, sets, out, calls, policy.warmup)
-    assert cold.last_set == last
-    device_clock = time_graph(cold, policy)
-    # Replay check: poison, replay, compare the last call's output to its reference.
-    out.fill_(float("nan"))
-    cold.graph.replay()
-    torch.cuda.synchronize()
-    assert spec.dtype is not None and spec.k is not None
-    tol_norm, tol_rel = tolerance(spec.dtype, spec.k)
-    failure = compare(out, last_ref, last_scale, spec.k).failure(tol_norm, tol_rel)
-    del cold
+    def contender(name: str, kernel: KernelFn) -> Contender:
+        entry = Contender(name, kernel, GuardedOutputs(spec, where, calls))
+        entry.recording = recorder.record(
+            calls_steps(kernel, sets, entry.outputs.views, sources, calls), policy.warmup)
+        return entry
+
+    candidate = contender("candidate", fn)
+    base = contender("baseline", baseline[1]) if baseline is not None else None
+    rounds = interleave(recorder, producer, candidate, base, calls, policy)
+    state = gpu_clock_state() if cuda else {}
+    failure = check_replay(spec, recorder, candidate.recording, sets, sources,
+                           candidate.outputs, calls, where)
     if failure:
-        return Clocks(device=device_clock, notes=tuple(notes)), failure
+        return Clocks(device=rounds.candidate, notes=tuple(notes)), failure
+    ratio = ratio_of(rounds, baseline[0]) if baseline is not None else None
+    if base is not None and (problem := check_replay(spec, recorder, base.recording, sets,
+                                                    sources, base.outputs, calls, where)):
+        notes.append(f"baseline failed its replay check here; no ratio ({problem})")
+        ratio = None
+    del producer, candidate, base
 
-    hot_graph = capture(fn, [first], out, calls_per_sample(1, policy), 1)
-    hot = time_graph(hot_graph, policy)
-    del hot_graph
-    host = time_host_cuda(fn, first, out, policy)
+    hot_sources = producer_sources([first])
+    hot_calls = calls_per_sample(1, policy) if cuda else 1
+    hot_producer = recorder.record([producer_step(hot_sources[0], first)] * hot_calls, 1)
+    hot_entry = Contender("candidate", fn, GuardedOutputs(spec, where, hot_calls))
+    hot_entry.recording = recorder.record(
+        calls_steps(fn, [first], hot_entry.outputs.views, hot_sources, hot_calls), 1)
+    # The hot clock is a second column, not a verdict: a quarter of the budget.
+    hot_policy = replace(policy, budget_s=policy.budget_s / 4)
+    hot = interleave(recorder, hot_producer, hot_entry, None, hot_calls, hot_policy).candidate
+    out = hot_entry.outputs.views[0]
+    host = time_host_cuda(fn, first, out, policy) if cuda else time_host_cpu(fn, first, out,
+                                                                              policy)
     kernel = None
-    if policy.kernel_clock:
+    if policy.kernel_clock and cuda:
         try:
-            kernel = time_kernels_profiler(fn, sets, out, calls_per_sample(n_sets, policy))
+            kernel = time_kernels_profiler(fn, sets, out, calls)
         except Exception as exc:
             notes.append(f"kernel clock unavailable: {exc}")
         if kernel is not None:
-            gap = abs(kernel.median_us - device_clock.median_us) / device_clock.median_us
+            gap = abs(kernel.median_us - rounds.candidate.median_us) / rounds.candidate.median_us
             if gap > KERNEL_CLOCK_TOLERANCE:
                 notes.append(f"kernel clock disagrees with device clock by {gap:.0%}")
-    del sets
-    return Clocks(device=device_clock, hot=hot, host=host, kernel=kernel,
-                  notes=tuple(notes)), None
+    if not cuda:
+        notes.append("CPU: device clock is wall time per call; caches not flushed")
+    return Clocks(device=rounds.candidate, hot=hot, host=host, kernel=kernel,
+                  notes=tuple(notes), vs_baseline=ratio, gpu_state=state), None

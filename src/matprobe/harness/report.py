@@ -3,8 +3,18 @@ spirit of ``seeds/002_…`` but without its defects — a FAIL is shown loudly a
 never ranked, unsupported pairs are listed apart (not counted as failures),
 and every time comes with its spread and sample count.
 
+Only our own families are crowned: the best variant and the impact are taken
+among the families that are neither the spec's baseline nor a peer (the
+vendor library, ``torch.compile``, numpy); peers keep their rows and a column
+of their own. Where a result was timed interleaved with the baseline, its
+ratio and 95 % interval are the figures that count, and a best whose interval
+holds 1.0 is "SAME within noise" (it saves nothing in the impact). Calls per
+token come from the profile's structure (:mod:`matprobe.harness.per_token`).
+
 One :class:`Report` model, four renderings: terminal text, Markdown, JSON and
-CSV (the last two carry the raw samples).
+CSV (the last two carry the raw samples). Text from a profile (spec keys,
+backend names) never reaches a terminal or Markdown raw: :func:`term_safe`
+and :func:`md_safe` escape it.
 """
 
 from __future__ import annotations
@@ -12,12 +22,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from matprobe.harness.device import DeviceInfo
-from matprobe.harness.results import PairResult, Status
+from matprobe.harness.per_token import per_token_weights
+from matprobe.harness.results import PairResult, Ratio, Status
 from matprobe.harness.runner import PairState, Plan, RunOutcome
 from matprobe.harness.timing import TimingPolicy
 from matprobe.spec import MatmulSpec
@@ -36,6 +48,47 @@ class Row:
     gbps: float | None
     pct_read: float | None
     tflops: float | None
+    #: the family is a peer's code (vendor library, torch.compile): shown, never crowned
+    peer: bool = False
+
+    @property
+    def ratio(self) -> Ratio | None:
+        """Device time ÷ the baseline's, measured interleaved, for a PASS result."""
+        return self.result.clocks.vs_baseline if self.result.status is Status.PASS else None
+
+    @property
+    def is_baseline(self) -> bool:
+        return "baseline" in self.tags
+
+    @property
+    def ours(self) -> bool:
+        """One of our own variants: neither a peer nor the spec's baseline."""
+        return not self.peer and not self.is_baseline
+
+    @property
+    def timed(self) -> bool:
+        return self.result.status is Status.PASS and self.device_us is not None
+
+    @property
+    def exceeds_read_ceiling(self) -> bool:
+        """Faster than the measured read ceiling: the roofline is suspect."""
+        return self.pct_read is not None and self.pct_read > 100.0
+
+
+def same_within_noise(ratio: Ratio) -> bool:
+    """The ratio's interval holds 1.0: no measurable difference from the baseline."""
+    return ratio.lo <= 1.0 <= ratio.hi
+
+
+def row_saving_us(row: Row, baseline_us: float | None) -> float | None:
+    """Baseline − this row per call: from the interleaved ratio where there is one
+    (0 when its interval holds 1.0), else from the two separately timed medians."""
+    ratio = row.ratio
+    if ratio is not None:
+        return 0.0 if same_within_noise(ratio) else ratio.baseline_us * (1.0 - ratio.median)
+    if baseline_us is None or row.device_us is None:
+        return None
+    return baseline_us - row.device_us
 
 
 @dataclass(frozen=True)
@@ -44,9 +97,13 @@ class SpecSection:
     rows: tuple[Row, ...]  # PASS ranked by device time, then FAIL, then ERROR
     unsupported: tuple[tuple[str, str], ...]  # (variant id, reason)
     baseline_id: str | None
-    best_id: str | None
+    best_id: str | None  # our fastest validated variant (never a peer nor the baseline)
     baseline_us: float | None
     best_us: float | None
+    best_peer_id: str | None = None  # the fastest validated peer other than the baseline
+    best_peer_us: float | None = None
+    #: calls per decode token (per_token.py); None: fall back to count ÷ tokens
+    calls_per_token: float | None = None
 
     @property
     def count(self) -> int:
@@ -58,26 +115,38 @@ class SpecSection:
         return prov.avg_ms * 1000.0 if prov and prov.avg_ms > 0 else None
 
     @property
+    def best_row(self) -> Row | None:
+        return next((r for r in self.rows if r.result.variant_id == self.best_id), None)
+
+    @property
+    def best_ratio(self) -> Ratio | None:
+        """The best variant's interleaved ratio to the baseline, if it was measured."""
+        row = self.best_row
+        return row.ratio if row is not None else None
+
+    @property
+    def interleaved(self) -> bool:
+        return self.best_ratio is not None
+
+    @property
+    def same_within_noise(self) -> bool:
+        ratio = self.best_ratio
+        return ratio is not None and same_within_noise(ratio)
+
+    @property
     def saving_us(self) -> float | None:
+        """Baseline − best per call (negative: ours is slower); see :func:`row_saving_us`."""
+        row = self.best_row
+        if row is not None and row.ratio is not None:
+            return row_saving_us(row, self.baseline_us)
         if self.baseline_us is None or self.best_us is None:
             return None
         return self.baseline_us - self.best_us
 
     @property
-    def best_is_pdl(self) -> bool:
-        """The winner launches with programmatic dependent launch (pdl=1): its
-        figure includes overlap with the previous call."""
-        return any(r.result.variant_id == self.best_id and r.result.params.get("pdl")
-                   for r in self.rows)
-
-    def stand_alone_saving_us(self) -> float | None:
-        """The saving with pdl=1 variants left out (stand-alone launches only)."""
-        times = [r.device_us for r in self.rows
-                 if r.result.status is Status.PASS and r.device_us is not None
-                 and not r.result.params.get("pdl")]
-        if self.baseline_us is None or not times:
-            return None
-        return max(0.0, self.baseline_us - min(times))
+    def gain_us(self) -> float:
+        """What an engine gains a call: the saving, or 0 where the baseline is as fast."""
+        return max(0.0, self.saving_us or 0.0)
 
 
 @dataclass
@@ -89,20 +158,39 @@ class Report:
     run_id: int
     seconds: float
     interrupted: bool
-    peaks: Mapping[str, float] | None = None
+    peaks: Mapping[str, Any] | None = None
     tokens: int | None = None
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    #: how calls per token were derived, one line (per_token.PerToken.describe)
+    per_token_basis: str = ""
+
+    def calls_per_token(self, section: SpecSection) -> float | None:
+        if section.calls_per_token is not None:
+            return section.calls_per_token
+        return section.count / self.tokens if self.tokens else None
 
     def impact_ms(self) -> float:
-        return sum((s.saving_us or 0.0) * s.count for s in self.sections) / 1000.0
+        """Per profiled run: Σ count × what our best saves a call (never < 0)."""
+        return sum(s.gain_us * s.count for s in self.sections) / 1000.0
 
-    def stand_alone_impact_ms(self) -> float | None:
-        """:meth:`impact_ms` without pdl=1 variants; None when no winner is one."""
-        if not any(s.best_is_pdl for s in self.sections):
-            return None
-        return sum((s.stand_alone_saving_us() or 0.0) * s.count
-                   for s in self.sections) / 1000.0
+    def impact_us_per_token(self) -> float | None:
+        """Σ calls per token × saving; None when a saving spec has no per-token weight."""
+        return self._per_token(lambda s: s.gain_us)
+
+    def _per_token(self, saving: Callable[[SpecSection], float]) -> float | None:
+        """Σ saving × calls per token; None where a spec that saves has no weight,
+        or where nothing saves and no token count is known (nothing to say)."""
+        total, weighed = 0.0, False
+        for section in self.sections:
+            us = saving(section)
+            if us == 0.0:
+                continue
+            weight = self.calls_per_token(section)
+            if weight is None:
+                return None
+            total, weighed = total + us * weight, True
+        return total if weighed or self.tokens else None
 
 
 def _matches(target: str | None, result: PairResult) -> bool:
@@ -122,11 +210,17 @@ def build_report(
     baselines: Mapping[str, str | None],
     device: DeviceInfo,
     policy: TimingPolicy,
-    peaks: Mapping[str, float] | None = None,
+    peaks: Mapping[str, Any] | None = None,
     tokens: int | None = None,
     source: str = "",
+    peers: Collection[str] = (),
 ) -> Report:
-    """Group the plan's pairs by spec (profile order) and rank each spec's results."""
+    """Group the plan's pairs by spec (profile order) and rank each spec's results.
+
+    ``peers`` are the family names of peers' code (``VariantFamily.peer``): their
+    rows are tagged and compared, never crowned. Calls per token come from the
+    specs' own structure and ``tokens`` (see :mod:`matprobe.harness.per_token`).
+    """
     specs: dict[str, MatmulSpec] = {}
     unsupported: dict[str, list[tuple[str, str]]] = {}
     for pair in plan.pairs:
@@ -135,36 +229,51 @@ def build_report(
         unsupported.setdefault(key, [])
         if pair.state is PairState.UNSUPPORTED:
             unsupported[key].append((pair.variant.id, pair.reason))
+    per_token = per_token_weights(list(specs.values()), tokens)
     sections = []
     for key, spec in specs.items():
         results = [r for (k, _), r in outcome.results.items() if k == key]
-        target = baselines.get(spec.kind)
-        base = next((r for r in results if r.status is Status.PASS and _matches(target, r)
-                     and r.clocks.device), None)
-        base_us = base.clocks.device.median_us if base and base.clocks.device else None
-        rows = [_row(spec, r, base_us, peaks, target) for r in results]
-        rows.sort(key=_rank_key)
-        timed = [r for r in rows if r.result.status is Status.PASS and r.device_us is not None]
-        best = timed[0] if timed else None
-        best_host = min((r for r in rows if r.result.status is Status.PASS
-                         and r.result.clocks.host), default=None,
-                        key=lambda r: r.result.clocks.host.median_us)  # type: ignore[union-attr]
-        rows = [_tagged(r, best, best_host) for r in rows]
-        sections.append(SpecSection(
-            spec=spec,
-            rows=tuple(rows),
-            unsupported=tuple(unsupported[key]),
-            baseline_id=base.variant_id if base else target,
-            best_id=best.result.variant_id if best else None,
-            baseline_us=base_us,
-            best_us=best.device_us if best else None,
-        ))
-    return Report(sections, device, policy, plan.summary(), outcome.run_id, outcome.seconds,
-                  outcome.interrupted, peaks, tokens, source)
+        section = _section(spec, results, baselines.get(spec.kind), peaks, set(peers))
+        sections.append(replace(section, unsupported=tuple(unsupported[key]),
+                                calls_per_token=per_token.weight(spec)))
+    report = Report(sections, device, policy, plan.summary(), outcome.run_id, outcome.seconds,
+                    outcome.interrupted, peaks, tokens, source,
+                    per_token_basis=per_token.describe() if specs else "")
+    if note := ceiling_note(report):
+        report.notes.append(note)
+    return report
+
+
+def _section(spec: MatmulSpec, results: Sequence[PairResult], target: str | None,
+             peaks: Mapping[str, Any] | None, peers: Collection[str]) -> SpecSection:
+    """One spec's rows, ranked and tagged; best and best peer picked apart."""
+    base = next((r for r in results if r.status is Status.PASS and _matches(target, r)
+                 and r.clocks.device), None)
+    base_us = base.clocks.device.median_us if base and base.clocks.device else None
+    rows = [_row(spec, r, base_us, peaks, target, peers) for r in results]
+    rows.sort(key=_rank_key)
+    best = next((r for r in rows if r.timed and r.ours), None)
+    best_peer = next((r for r in rows if r.timed and r.peer and not r.is_baseline), None)
+    best_host = min((r for r in rows if r.ours and r.result.status is Status.PASS
+                     and r.result.clocks.host), default=None,
+                    key=lambda r: r.result.clocks.host.median_us)  # type: ignore[union-attr]
+    rows = [_tagged(r, best, best_host) for r in rows]
+    return SpecSection(
+        spec=spec,
+        rows=tuple(rows),
+        unsupported=(),
+        baseline_id=base.variant_id if base else target,
+        best_id=best.result.variant_id if best else None,
+        baseline_us=base_us,
+        best_us=best.device_us if best else None,
+        best_peer_id=best_peer.result.variant_id if best_peer else None,
+        best_peer_us=best_peer.device_us if best_peer else None,
+    )
 
 
 def _row(spec: MatmulSpec, result: PairResult, base_us: float | None,
-         peaks: Mapping[str, float] | None, baseline_target: str | None) -> Row:
+         peaks: Mapping[str, Any] | None, baseline_target: str | None,
+         peers: Collection[str]) -> Row:
     clock = result.clocks.device
     device_us = clock.median_us if clock and result.status is Status.PASS else None
     gbps = pct = tflops = vs_base = vs_prod = None
@@ -173,7 +282,7 @@ def _row(spec: MatmulSpec, result: PairResult, base_us: float | None,
         if spec.is_complete and spec.dtype:
             gbps = spec.min_bytes() / seconds / 1e9
             if peaks and peaks.get("read_gbps"):
-                pct = 100.0 * gbps / peaks["read_gbps"]
+                pct = 100.0 * gbps / float(peaks["read_gbps"])
         if spec.is_complete:
             tflops = spec.flops() / seconds / 1e12
         if base_us:
@@ -181,12 +290,15 @@ def _row(spec: MatmulSpec, result: PairResult, base_us: float | None,
         prov = spec.provenance
         if prov and prov.avg_ms > 0:
             vs_prod = device_us / (prov.avg_ms * 1000.0)
+    peer = result.family in peers
     tags = []
     if _matches(baseline_target, result):
         tags.append("baseline")
+    if peer:
+        tags.append("peer")
     if result.status is not Status.PASS:
         tags.append(result.status.value.upper())
-    return Row(result, tuple(tags), device_us, vs_base, vs_prod, gbps, pct, tflops)
+    return Row(result, tuple(tags), device_us, vs_base, vs_prod, gbps, pct, tflops, peer)
 
 
 def _tagged(row: Row, best: Row | None, best_host: Row | None) -> Row:
@@ -198,8 +310,50 @@ def _tagged(row: Row, best: Row | None, best_host: Row | None) -> Row:
     host = row.result.clocks.host
     if row.device_us and host and host.median_us >= HOST_GAP_FACTOR * row.device_us:
         tags.append("host-gap")
-    return Row(row.result, tuple(tags), row.device_us, row.vs_baseline, row.vs_production,
-               row.gbps, row.pct_read, row.tflops)
+    return replace(row, tags=tuple(tags))
+
+
+def ceiling_note(report: Report) -> str:
+    """One note naming every result faster than the measured read ceiling, or ""."""
+    read = float(report.peaks.get("read_gbps") or 0.0) if report.peaks else 0.0
+    over = [(s, r) for s in report.sections for r in s.rows if r.exceeds_read_ceiling]
+    if not over or read <= 0:
+        return ""
+    which = "; ".join(f"{r.result.variant_id} on {short_label(s.spec)}: {r.gbps:.0f} GB/s"
+                      for s, r in over)
+    return (f"WARNING: read ceiling exceeded: {which} — above the measured streaming-read "
+            f"ceiling of {read:.0f} GB/s. The measured ceiling is below what the kernel "
+            f"achieved, so the roofline (%read) is suspect: L2 hits (inputs not cold), a "
+            f"wrong byte count, or a ceiling kernel that does not saturate memory")
+
+
+# ---- escaping ------------------------------------------------------------------------
+
+#: C0 controls (ESC, newline, …), DEL and C1 controls: a terminal acts on them.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+#: Characters Markdown (GFM tables, inline HTML, code spans, links) would act on.
+_MD_ESCAPES = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]",
+               "&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+#: How a control character is shown: as Python writes it in a string literal.
+_SHOWN = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def term_safe(text: str) -> str:
+    """``text`` with every control character shown as ``\\n`` or ``\\xNN``: a name
+    read from a profile can neither drive the terminal (ESC sequences) nor forge a
+    line."""
+    return _CONTROL.sub(lambda m: _SHOWN.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
+def md_safe(text: str) -> str:
+    """``text`` as literal Markdown: line breaks become spaces, other controls
+    ``\\xNN``, and ``| ` [ ] \\`` and ``< > &`` cannot make table cells, code,
+    links or HTML."""
+    text = term_safe(re.sub(r"[\r\n\t]+", " ", text))
+    return "".join(_MD_ESCAPES.get(c, c) for c in text)
 
 
 # ---- formatting helpers ------------------------------------------------------------
@@ -225,6 +379,21 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}×"
 
 
+def ratio_cell(ratio: Ratio) -> str:
+    """``0.79× [0.78–0.80]``: median and interval of candidate ÷ baseline."""
+    return f"{ratio.median:.2f}× [{ratio.lo:.2f}–{ratio.hi:.2f}]"
+
+
+def _vs_base_cell(row: Row) -> str:
+    return ratio_cell(row.ratio) if row.ratio is not None else _ratio(row.vs_baseline)
+
+
+def _pct_read_cell(row: Row) -> str:
+    if row.pct_read is None:
+        return "-"
+    return ">100%!" if row.exceeds_read_ceiling else f"{row.pct_read:.0f}%"
+
+
 def _sci(value: float | None) -> str:
     return "-" if value is None else f"{value:.1e}"
 
@@ -242,9 +411,9 @@ def _cells(row: Row) -> list[str]:
         _clock_cell(r, "hot"),
         _clock_cell(r, "host"),
         "-" if row.gbps is None else f"{row.gbps:.0f}",
-        "-" if row.pct_read is None else f"{row.pct_read:.0f}%",
+        _pct_read_cell(row),
         "-" if row.tflops is None else f"{row.tflops:.2f}",
-        _ratio(row.vs_baseline),
+        _vs_base_cell(row),
         _ratio(row.vs_production),
         _sci(r.metrics.norm_rel if r.metrics else None),
         _sci(r.metrics.max_rel if r.metrics else None),
@@ -253,12 +422,26 @@ def _cells(row: Row) -> list[str]:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:
+    rows = [[term_safe(c) for c in row] for row in rows]  # widths of what is printed
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(headers)]
     lines = [indent + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     for row in rows:
         lines.append(indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _peaks_line(peaks: Mapping[str, Any]) -> str:
+    def num(key: str) -> float:
+        return float(peaks.get(key) or 0.0)
+
+    line = (f"measured peaks (this run): copy {num('copy_gbps'):.0f} GB/s (read+write), "
+            f"streaming read {num('read_gbps'):.0f} GB/s")
+    if peaks.get("read_config"):
+        line += f" ({peaks['read_config']}, {num('size_bytes') / 2**20:.0f} MiB buffer)"
+    if peaks.get("torch_sum_gbps"):
+        line += f"; torch.sum {num('torch_sum_gbps'):.0f} GB/s"
+    return line
 
 
 def _header_lines(report: Report) -> list[str]:
@@ -272,25 +455,31 @@ def _header_lines(report: Report) -> list[str]:
         + ("; INTERRUPTED: partial results" if report.interrupted else ""),
     ]
     if report.peaks:
-        lines.append(f"measured peaks: copy {report.peaks.get('copy_gbps', 0):.0f} GB/s "
-                     f"(read+write), streaming read {report.peaks.get('read_gbps', 0):.0f} GB/s")
+        lines.append(_peaks_line(report.peaks))
     p = report.policy
-    clock = (f"device = CUDA-graph replay of ≥ {p.min_calls_per_sample} calls, inputs rotated "
-             f"over > {p.cold_l2_factor:g}× L2 (cold)" if d.kind == "cuda"
-             else "device = wall time per call on the CPU")
-    lines.append(f"timing policy {p.fingerprint}: {clock}; ≥ {p.min_samples} samples, stop at "
-                 f"spread < {p.target_spread:.0%} or {p.budget_s:g} s; {p.trials} validation "
-                 f"trials vs float64")
+    clock = (f"device = per call after a producer kernel that writes its input (producer "
+             f"time subtracted), CUDA-graph replays of ≥ {p.min_calls_per_sample} calls, inputs "
+             f"rotated over > {p.cold_l2_factor:g}× L2 (cold), interleaved with the baseline"
+             if d.kind == "cuda" else
+             "device = wall time per call on the CPU, interleaved with the baseline")
+    lines.append(f"timing policy {p.fingerprint}: {clock}; ≥ {p.min_samples} rounds, stop at "
+                 f"spread < {p.target_spread:.0%} and ratio ±{p.target_spread:.0%} or "
+                 f"{p.budget_s:g} s; {p.trials} validation trials vs float64; every timed "
+                 f"call checked on refilled inputs")
     lines.extend(report.notes)
     return lines
 
 
-def _spec_lines(section: SpecSection) -> list[str]:
+def _spec_lines(section: SpecSection, report: Report) -> list[str]:
     spec = section.spec
     parts = []
     if section.count:
-        per = "per token" if spec.provenance and not spec.provenance.backends else "in the profile"
-        parts.append(f"{section.count} calls {per}")
+        if spec.provenance and not spec.provenance.backends:
+            parts.append(f"{section.count} calls per token")
+        else:
+            per_token = report.calls_per_token(section)
+            parts.append(f"{section.count} calls in the profile"
+                         + (f" ({per_token:.3g} per token)" if per_token is not None else ""))
     prov = spec.provenance
     if prov and prov.avg_ms > 0:
         parts.append(f"production {prov.main_backend} {prov.avg_ms * 1000:.1f} µs avg "
@@ -334,127 +523,197 @@ def short_label(spec: MatmulSpec) -> str:
             f"{spec.dtype or '?'}")
 
 
+def verdict(section: SpecSection) -> str:
+    """``faster``, ``same`` (interval holds 1.0), ``slower`` (the baseline is at least
+    as fast) or ``unjudged`` (no timed variant of ours, or no baseline time)."""
+    if section.best_id is None:
+        return "unjudged"
+    if section.same_within_noise:
+        return "same"
+    saving = section.saving_us
+    if saving is None:
+        return "unjudged"
+    return "faster" if saving > 0 else "slower"
+
+
 def _impact_rows(report: Report) -> list[list[str]]:
-    """Specs where a validated variant beats the baseline, biggest saving first."""
+    """Specs where our validated variant beats the baseline, biggest saving first."""
     rows = []
-    for s in sorted(report.sections, key=lambda s: -((s.saving_us or 0) * s.count)):
-        if s.saving_us is None or s.saving_us <= 0:
+    for s in sorted(report.sections, key=lambda s: -s.gain_us * s.count):
+        if s.gain_us <= 0:
             continue
-        per_token = (f"{s.saving_us * s.count / report.tokens:.2f}" if report.tokens else "-")
+        ratio = s.best_ratio
+        base_us = ratio.baseline_us if ratio else s.baseline_us
+        best_us = ratio.baseline_us * ratio.median if ratio else s.best_us
+        weight = report.calls_per_token(s)
         rows.append([
-            short_label(s.spec), str(s.count), _us(s.baseline_us), _us(s.best_us),
-            s.best_id or "-", _us(s.saving_us), f"{s.saving_us * s.count / 1000:.3f}", per_token,
+            short_label(s.spec), str(s.count), "-" if weight is None else f"{weight:.3g}",
+            _us(base_us), _us(best_us), s.best_id or "-",
+            _us(s.gain_us) + ("" if ratio else " (not interleaved)"),
+            f"{s.gain_us * s.count / 1000:.3f}",
+            "-" if weight is None else f"{s.gain_us * weight:.2f}",
         ])
     return rows
 
 
-def _baseline_best_count(report: Report) -> int:
-    return sum(1 for s in report.sections if s.saving_us is not None and s.saving_us <= 0)
+def _verdict_line(report: Report) -> str:
+    counts = {name: 0 for name in ("faster", "same", "slower", "unjudged")}
+    for section in report.sections:
+        counts[verdict(section)] += 1
+    return (f"ours beat the baseline on {counts['faster']} of {len(report.sections)} specs; "
+            f"SAME within noise on {counts['same']}; the baseline is at least as fast on "
+            f"{counts['slower']}; not judged on {counts['unjudged']} (no validated, timed "
+            f"variant of ours, or no baseline time)")
 
 
-IMPACT_HEADERS = ["shape", "count", "baseline µs", "best µs", "best variant", "saved µs/call",
-                  "saved ms/run", "saved µs/token"]
+IMPACT_HEADERS = ["shape", "count", "calls/token", "baseline µs", "best µs", "best variant",
+                  "saved µs/call", "saved ms/run", "saved µs/token"]
 
 
 def _impact_total(report: Report) -> str:
-    def saved(total_ms: float) -> str:
+    def saved(total_ms: float, per_token_us: float | None) -> str:
         text = f"{total_ms:.3f} ms saved per profiled run"
-        if report.tokens:
-            text += f" = {total_ms * 1000 / report.tokens:.1f} µs per token"
+        if per_token_us is not None:
+            text += f" = {per_token_us:.1f} µs per token"
         return text
 
-    text = f"total: {saved(report.impact_ms())}"
+    text = f"total: {saved(report.impact_ms(), report.impact_us_per_token())}"
     if report.tokens:
         text += f" over {report.tokens} tokens"
-    text += " (device clock, best validated variant vs baseline)"
-    stand_alone = report.stand_alone_impact_ms()
-    if stand_alone is not None:
-        text += f"; without pdl1 variants (stand-alone launches): {saved(stand_alone)}"
+    text += (" (device clock, our best validated variant vs the baseline, interleaved ratios "
+             "where measured; SAME within noise counts 0)")
     return text
 
 
 SUMMARY_HEADERS = ["shape", "count", "best variant", "best µs", "baseline µs", "speed-up",
-                   "pass", "fail", "error", "unsupported"]
+                   "best peer", "peer µs", "pass", "fail", "error", "unsupported"]
+
+
+def _inverse(value: float) -> float:
+    return 1.0 / value if value > 0 else float("inf")
+
+
+def _speedup_cell(section: SpecSection) -> str:
+    """Baseline ÷ best: from the interleaved ratio with its interval where measured."""
+    ratio = section.best_ratio
+    if ratio is not None:
+        if section.same_within_noise:
+            return f"SAME within noise ({ratio_cell(ratio)})"
+        return (f"{_inverse(ratio.median):.2f}× "
+                f"[{_inverse(ratio.hi):.2f}–{_inverse(ratio.lo):.2f}]")
+    if section.baseline_us and section.best_us:
+        return f"{section.baseline_us / section.best_us:.2f}× (not interleaved)"
+    return "-"
 
 
 def _summary_rows(report: Report) -> list[list[str]]:
-    """One line a spec: who wins, by how much, and how many variants did what."""
+    """One line a spec: which of ours wins, by how much, the best peer, and how many
+    variants did what."""
     rows = []
     for s in report.sections:
         statuses = [row.result.status for row in s.rows]
-        speedup = (f"{s.baseline_us / s.best_us:.2f}×" if s.baseline_us and s.best_us else "-")
         rows.append([
             short_label(s.spec), str(s.count), s.best_id or "-", _us(s.best_us),
-            _us(s.baseline_us), speedup, str(statuses.count(Status.PASS)),
-            str(statuses.count(Status.FAIL)), str(statuses.count(Status.ERROR)),
-            str(len(s.unsupported)),
+            _us(s.baseline_us), _speedup_cell(s), s.best_peer_id or "-", _us(s.best_peer_us),
+            str(statuses.count(Status.PASS)), str(statuses.count(Status.FAIL)),
+            str(statuses.count(Status.ERROR)), str(len(s.unsupported)),
         ])
     return rows
 
 
 def render_terminal(report: Report) -> str:
-    out = _header_lines(report)
+    out = [term_safe(line) for line in _header_lines(report)]
     for section in report.sections:
         out.append("")
-        out.append(f"== {section.spec.key()}")
-        details = _spec_lines(section)
+        out.append(term_safe(f"== {section.spec.key()}"))
+        details = _spec_lines(section, report)
         if details:
-            out.append("   " + " · ".join(details))
+            out.append(term_safe("   " + " · ".join(details)))
         if section.rows:
             out.append(_table(HEADERS, [_cells(r) for r in section.rows]))
         else:
             out.append("  (no supported variant)")
-        out.extend(_failure_lines(section))
-        out.extend(_notes(section))
+        out.extend(term_safe(line) for line in _failure_lines(section))
+        out.extend(term_safe(line) for line in _notes(section))
         if line := _unsupported_line(section):
-            out.append(line)
+            out.append(term_safe(line))
     out.append("")
-    out.append("Summary (device clock):")
+    out.append("Summary (device clock; best = our fastest validated variant, never a peer "
+               "nor the baseline):")
     out.append(_table(SUMMARY_HEADERS, _summary_rows(report)))
     out.append("")
-    out.append("Impact (call count × (baseline − best validated variant), device clock):")
+    out.append("Impact (call count × (baseline − our best validated variant), device clock):")
     impact = _impact_rows(report)
     if impact:
         out.append(_table(IMPACT_HEADERS, impact))
-    out.append(f"  the baseline is the fastest on {_baseline_best_count(report)} of "
-               f"{len(report.sections)} specs")
+    out.append("  " + _verdict_line(report))
     out.append("  " + _impact_total(report))
+    if report.per_token_basis:
+        out.append(term_safe("  " + report.per_token_basis))
     return "\n".join(out) + "\n"
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    def esc(cell: str) -> str:
-        return cell.replace("|", "\\|")
-
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    lines = ["| " + " | ".join(md_safe(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(md_safe(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def render_markdown(report: Report) -> str:
     out = ["# matprobe report", ""]
-    out += [f"- {line}" for line in _header_lines(report)]
+    out += [f"- {md_safe(line)}" for line in _header_lines(report)]
     for section in report.sections:
-        out += ["", f"## `{section.spec.key()}`", ""]
-        details = _spec_lines(section)
+        out += ["", f"## {md_safe(section.spec.key())}", ""]
+        details = _spec_lines(section, report)
         if details:
-            out += [" · ".join(details), ""]
+            out += [md_safe(" · ".join(details)), ""]
         if section.rows:
             out.append(_md_table(HEADERS, [_cells(r) for r in section.rows]))
         failures = _failure_lines(section)
         if failures:
-            out += [""] + [f"- **{line.strip()}**" for line in failures]
-        out += [f"- {line.strip()}" for line in _notes(section)]
+            out += [""] + [f"- **{md_safe(line.strip())}**" for line in failures]
+        out += [f"- {md_safe(line.strip())}" for line in _notes(section)]
         if line := _unsupported_line(section):
-            out += ["", f"- {line.strip()}"]
-    out += ["", "## Summary", "", _md_table(SUMMARY_HEADERS, _summary_rows(report))]
+            out += ["", f"- {md_safe(line.strip())}"]
+    out += ["", "## Summary", "", "Best = our fastest validated variant, never a peer nor the "
+            "baseline.", "", _md_table(SUMMARY_HEADERS, _summary_rows(report))]
     impact = _impact_rows(report)
     out += ["", "## Impact", ""]
     if impact:
         out += [_md_table(IMPACT_HEADERS, impact), ""]
-    out += [f"The baseline is the fastest on {_baseline_best_count(report)} of "
-            f"{len(report.sections)} specs. {_impact_total(report)}."]
+    out += [f"{md_safe(_verdict_line(report))}. {md_safe(_impact_total(report))}."]
+    if report.per_token_basis:
+        out += ["", md_safe(report.per_token_basis) + "."]
     return "\n".join(out) + "\n"
+
+
+def _result_json(row: Row) -> dict[str, Any]:
+    return {
+        **row.result.to_dict(), "tags": list(row.tags), "peer": row.peer, "gbps": row.gbps,
+        "pct_read_peak": row.pct_read, "exceeds_read_ceiling": row.exceeds_read_ceiling,
+        "tflops": row.tflops, "vs_baseline": row.vs_baseline,
+        "vs_baseline_interleaved": row.ratio.to_dict() if row.ratio else None,
+        "vs_production": row.vs_production,
+    }
+
+
+def _section_json(report: Report, s: SpecSection) -> dict[str, Any]:
+    return {
+        "spec": s.spec.to_dict(),
+        "baseline": s.baseline_id,
+        "best": s.best_id,
+        "baseline_us": s.baseline_us,
+        "best_us": s.best_us,
+        "best_ratio": s.best_ratio.to_dict() if s.best_ratio else None,
+        "interleaved": s.interleaved,
+        "verdict": verdict(s),
+        "saving_us": s.saving_us,
+        "calls_per_token": report.calls_per_token(s),
+        "best_peer": s.best_peer_id,
+        "best_peer_us": s.best_peer_us,
+        "results": [_result_json(row) for row in s.rows],
+        "unsupported": [{"variant": v, "reason": r} for v, r in s.unsupported],
+    }
 
 
 def to_json(report: Report) -> dict[str, Any]:
@@ -467,32 +726,19 @@ def to_json(report: Report) -> dict[str, Any]:
         "interrupted": report.interrupted,
         "peaks": dict(report.peaks) if report.peaks else None,
         "tokens": report.tokens,
+        "per_token_basis": report.per_token_basis,
+        "notes": list(report.notes),
         "impact_ms_per_run": report.impact_ms(),
-        "stand_alone_impact_ms_per_run": report.stand_alone_impact_ms(),
-        "specs": [
-            {
-                "spec": s.spec.to_dict(),
-                "baseline": s.baseline_id,
-                "best": s.best_id,
-                "baseline_us": s.baseline_us,
-                "best_us": s.best_us,
-                "results": [
-                    {**row.result.to_dict(), "tags": list(row.tags), "gbps": row.gbps,
-                     "pct_read_peak": row.pct_read, "tflops": row.tflops,
-                     "vs_baseline": row.vs_baseline, "vs_production": row.vs_production}
-                    for row in s.rows
-                ],
-                "unsupported": [{"variant": v, "reason": r} for v, r in s.unsupported],
-            }
-            for s in report.sections
-        ],
+        "impact_us_per_token": report.impact_us_per_token(),
+        "specs": [_section_json(report, s) for s in report.sections],
     }
 
 
 CSV_FIELDS = ["spec_key", "variant_id", "status", "reason", "device_median_us", "device_p10_us",
               "device_p90_us", "device_n", "hot_median_us", "host_median_us", "kernel_median_us",
-              "gbps", "pct_read_peak", "tflops", "vs_baseline", "vs_production", "norm_rel",
-              "max_rel", "max_abs", "tags", "device_samples_us"]
+              "gbps", "pct_read_peak", "exceeds_read_ceiling", "tflops", "vs_baseline",
+              "ratio_median", "ratio_lo", "ratio_hi", "vs_production", "norm_rel", "max_rel",
+              "max_abs", "peer", "tags", "device_samples_us"]
 
 
 def to_csv(report: Report) -> str:
@@ -501,7 +747,7 @@ def to_csv(report: Report) -> str:
     writer.writeheader()
     for section in report.sections:
         for row in section.rows:
-            r, c = row.result, row.result.clocks
+            r, c, ratio = row.result, row.result.clocks, row.ratio
             writer.writerow({
                 "spec_key": r.spec_key,
                 "variant_id": r.variant_id,
@@ -516,12 +762,17 @@ def to_csv(report: Report) -> str:
                 "kernel_median_us": c.kernel.median_us if c.kernel else "",
                 "gbps": row.gbps or "",
                 "pct_read_peak": row.pct_read or "",
+                "exceeds_read_ceiling": int(row.exceeds_read_ceiling),
                 "tflops": row.tflops or "",
                 "vs_baseline": row.vs_baseline or "",
+                "ratio_median": ratio.median if ratio else "",
+                "ratio_lo": ratio.lo if ratio else "",
+                "ratio_hi": ratio.hi if ratio else "",
                 "vs_production": row.vs_production or "",
                 "norm_rel": r.metrics.norm_rel if r.metrics else "",
                 "max_rel": r.metrics.max_rel if r.metrics else "",
                 "max_abs": r.metrics.max_abs if r.metrics else "",
+                "peer": int(row.peer),
                 "tags": " ".join(row.tags),
                 "device_samples_us": json.dumps(list(c.device.samples)) if c.device else "",
             })

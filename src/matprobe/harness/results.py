@@ -114,21 +114,79 @@ class ClockStats:
 
 
 @dataclass(frozen=True)
+class Ratio:
+    """Candidate ÷ baseline device time, measured interleaved (A B A B … in one
+    process, on the same card, with the same inputs), with a confidence interval.
+
+    ``median`` is the median of the per-round ratios; ``lo``/``hi`` bound it at
+    ``confidence`` (a distribution-free interval from order statistics: timing
+    data is not normal). ``baseline_us`` is the baseline's median in the same
+    rounds — the figure the ratio is relative to.
+    """
+
+    baseline_id: str
+    median: float
+    lo: float
+    hi: float
+    n: int  # rounds
+    baseline_us: float
+    confidence: float = 0.95
+    samples: tuple[float, ...] = ()  # baseline device µs, one per round
+
+    def below(self, line: float) -> bool:
+        """Whether the whole interval is under ``line`` (a target is met)."""
+        return self.hi < line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline_id": self.baseline_id,
+            "median": self.median,
+            "lo": self.lo,
+            "hi": self.hi,
+            "n": self.n,
+            "baseline_us": self.baseline_us,
+            "confidence": self.confidence,
+            "samples": list(self.samples),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ratio:
+        return cls(
+            str(data["baseline_id"]),
+            float(data["median"]),
+            float(data["lo"]),
+            float(data["hi"]),
+            int(data["n"]),
+            float(data["baseline_us"]),
+            float(data.get("confidence", 0.95)),
+            tuple(float(v) for v in data.get("samples", ())),
+        )
+
+
+@dataclass(frozen=True)
 class Clocks:
     """The three clocks (DESIGN.md §4); any may be missing (CPU, interpreter, flag off)."""
 
-    device: ClockStats | None = None  # graph replay, rotating cold inputs
+    #: per-call device time after a different producer kernel (see timing.py), rotating
+    #: cold inputs
+    device: ClockStats | None = None
     hot: ClockStats | None = None  # graph replay, one input set (L2-resident)
     host: ClockStats | None = None  # one eager call + sync, wall clock
     kernel: ClockStats | None = None  # profiler kernel durations (cross-check)
     #: why a clock is missing or untrustworthy, e.g. "interpreted: not a performance figure"
     notes: tuple[str, ...] = ()
+    #: device time relative to the spec's baseline, measured interleaved with it
+    vs_baseline: Ratio | None = None
+    #: GPU state around the timing (SM clock MHz before/after, throttle reasons)
+    gpu_state: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"notes": list(self.notes)}
         for name in ("device", "hot", "host", "kernel"):
             value = getattr(self, name)
             out[name] = value.to_dict() if value is not None else None
+        out["vs_baseline"] = self.vs_baseline.to_dict() if self.vs_baseline else None
+        out["gpu_state"] = dict(self.gpu_state)
         return out
 
     @classmethod
@@ -143,6 +201,8 @@ class Clocks:
             clock("host"),
             clock("kernel"),
             tuple(data.get("notes", ())),
+            Ratio.from_dict(data["vs_baseline"]) if data.get("vs_baseline") else None,
+            {str(k): str(v) for k, v in (data.get("gpu_state") or {}).items()},
         )
 
 

@@ -7,7 +7,12 @@ The plan classifies each (spec, variant) pair before anything runs:
 * ``cached`` — the store holds a PASS/FAIL row with the same spec key, variant
   id, source fingerprint, device and timing policy (errors are not results, so
   they are tried again);
-* ``run`` — everything else (all supported pairs with ``--force``).
+* ``run`` — everything else (all supported pairs with ``--force``), with the
+  reason: the pair's latest stored row (any fingerprint or policy) had another
+  kernel source (:data:`SOURCE_CHANGED`) or another harness or timing policy
+  (:data:`POLICY_CHANGED`), there is none (:data:`NEW`), the cached row is an
+  error (:data:`ERRORED`), or :data:`FORCED` — so a store written by an older
+  harness is measured again, and the summary says why.
 
 Pairs run family by family in worker processes; each result is stored the
 moment it arrives, so Ctrl-C or a crash loses nothing already measured.
@@ -18,8 +23,8 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TextIO
@@ -33,6 +38,13 @@ from matprobe.harness.worker import Task, run_tasks
 from matprobe.spec import MatmulSpec
 
 DEFAULT_TIMEOUT_S = 300.0
+
+#: Why a supported pair is to run (``PlannedPair.reason``).
+NEW = "new"
+SOURCE_CHANGED = "kernel source changed"
+POLICY_CHANGED = "harness or timing policy changed"
+ERRORED = "re-run: earlier result was an error"
+FORCED = "--force"
 
 
 class PairState(str, Enum):
@@ -59,9 +71,30 @@ class Plan:
         return [p for p in self.pairs if p.state is state]
 
     def summary(self) -> str:
+        """``N pairs: X to run (why), Y cached, Z unsupported``; the reasons are
+        left out when every pair to run is simply new (a fresh store)."""
         counts = {state: len(self.of(state)) for state in PairState}
-        return (f"{len(self.pairs)} pairs: {counts[PairState.RUN]} to run, "
+        why = Counter(p.reason for p in self.of(PairState.RUN))
+        detail = ""
+        if set(why) - {NEW}:
+            ranked = sorted(why.items(), key=lambda item: (-item[1], item[0]))
+            detail = " (" + ", ".join(f"{n} {reason}" for reason, n in ranked) + ")"
+        return (f"{len(self.pairs)} pairs: {counts[PairState.RUN]} to run{detail}, "
                 f"{counts[PairState.CACHED]} cached, {counts[PairState.UNSUPPORTED]} unsupported")
+
+
+def _why_run(key: ResultKey, errored: bool, latest: ResultKey | None) -> str:
+    """Why a supported pair that is not cached runs; a changed source wins over
+    a changed policy when both changed (it is the more specific news)."""
+    if errored:
+        return ERRORED
+    if latest is None:
+        return NEW
+    if latest.fingerprint != key.fingerprint:
+        return SOURCE_CHANGED
+    if latest.policy != key.policy:
+        return POLICY_CHANGED
+    return NEW  # not reached: that row would have been the cache hit
 
 
 def make_plan(
@@ -75,23 +108,28 @@ def make_plan(
     pairs: list[PlannedPair] = []
     keys: list[ResultKey] = []
     supported: list[tuple[MatmulSpec, Variant, ResultKey]] = []
+    device_fp, policy_fp = device.fingerprint, policy.fingerprint
     for spec in specs:
         for variant in variants:
             reason = variant.unsupported_reason(spec, device)
             if reason is not None:
                 pairs.append(PlannedPair(spec, variant, PairState.UNSUPPORTED, reason))
                 continue
-            key = ResultKey(spec.key(), variant.id, variant.fingerprint, device.fingerprint,
-                            policy.fingerprint)
+            key = ResultKey(spec.key(), variant.id, variant.fingerprint, device_fp, policy_fp)
             keys.append(key)
             supported.append((spec, variant, key))
     cached = {} if force else store.get_many(keys)
+    misses = [key for key in keys if key not in cached]
+    latest = {} if force else store.latest_keys(
+        (key.spec_key, key.variant_id, key.device) for key in misses)
     for spec, variant, key in supported:
         hit = cached.get(key)
         if hit is not None and hit.status in (Status.PASS, Status.FAIL):
             pairs.append(PlannedPair(spec, variant, PairState.CACHED, key=key, cached=hit))
-        else:
-            pairs.append(PlannedPair(spec, variant, PairState.RUN, key=key))
+            continue
+        why = FORCED if force else _why_run(
+            key, hit is not None, latest.get((key.spec_key, key.variant_id, key.device)))
+        pairs.append(PlannedPair(spec, variant, PairState.RUN, why, key=key))
     order = {(s.key(), v.id): i for i, (s, v) in enumerate(
         (s, v) for s in specs for v in variants)}
     pairs.sort(key=lambda p: order[(p.spec.key(), p.variant.id)])
@@ -163,8 +201,13 @@ def execute(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Progress | None = None,
     runner: Callable[..., None] = run_tasks,
+    baselines: Mapping[str, Variant | None] | None = None,
 ) -> RunOutcome:
-    """Run the plan's ``run`` pairs; returns with what finished even on Ctrl-C."""
+    """Run the plan's ``run`` pairs; returns with what finished even on Ctrl-C.
+
+    ``baselines`` (op kind → the baseline variant) are timed interleaved with every
+    candidate of a spec of that op, in the candidate's worker, where they support
+    the spec."""
     outcome = RunOutcome(run_id=run_id, plan=plan)
     started = time.monotonic()
     for pair in plan.of(PairState.CACHED):
@@ -173,7 +216,11 @@ def execute(
     by_family: dict[str, list[Task]] = defaultdict(list)
     for index, pair in enumerate(plan.pairs):
         if pair.state is PairState.RUN:
-            by_family[pair.variant.family.name].append(Task(index, pair.spec, pair.variant))
+            base = (baselines or {}).get(pair.spec.kind)
+            if base is not None and base.unsupported_reason(pair.spec, device) is not None:
+                base = None
+            by_family[pair.variant.family.name].append(
+                Task(index, pair.spec, pair.variant, base))
 
     def on_start(task: Task) -> None:
         if progress is not None:

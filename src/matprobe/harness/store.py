@@ -484,6 +484,32 @@ class ResultStore:
                     found[key] = self._decode(record, str(key))
         return found
 
+    def latest_keys(
+        self, pairs: Iterable[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], ResultKey]:
+        """The key of the most recently measured row of each ``(spec_key,
+        variant_id, device)`` among ``pairs``, whatever its fingerprint and
+        policy (absent pairs are simply missing): what a cache miss is compared
+        with, to say why the pair runs again."""
+        wanted = list(dict.fromkeys(pairs))
+        latest: dict[tuple[str, str, str], ResultKey] = {}
+        with self._snapshot("reading results") as conn:
+            for start in range(0, len(wanted), _KEYS_PER_QUERY):
+                chunk = wanted[start : start + _KEYS_PER_QUERY]
+                values = ", ".join(["(?, ?, ?)"] * len(chunk))
+                # Oldest first, so the last row seen for a pair is its latest
+                # (rowid breaks a tie of timestamps: the later insert wins).
+                rows = conn.execute(
+                    "SELECT spec_key, variant_id, fingerprint, device, policy FROM results "
+                    f"WHERE (spec_key, variant_id, device) IN (VALUES {values}) "
+                    "ORDER BY measured_at, rowid",
+                    [v for pair in chunk for v in pair],
+                ).fetchall()
+                for row in rows:
+                    key = ResultKey(*(str(v) for v in row))
+                    latest[(key.spec_key, key.variant_id, key.device)] = key
+        return latest
+
     def results(
         self,
         *,

@@ -1,20 +1,22 @@
-"""The three clocks (DESIGN.md §4), one entry point per clock, raw samples returned.
+"""The timing policy and the clocks besides the device clock (DESIGN.md §4).
 
-* ``device``: per-call device time from CUDA-graph replays of many back-to-back
-  calls that rotate over input sets whose total size exceeds ``cold_l2_factor``
-  × the L2 size, so weights come from memory as in decode (cold). Each sample is
-  one replay's event-timed duration divided by the calls in it. ``hot`` is the
-  same with a single input set (L2-resident when it fits).
+* ``device`` (see :mod:`matprobe.harness.sampling`): per-call device time of
+  the candidate after a producer kernel that writes its input, the producer's
+  own time subtracted, interleaved with the baseline; CUDA-graph replays of
+  many calls rotating over input sets whose total size exceeds
+  ``cold_l2_factor`` × the L2 size, so weights come from memory as in decode
+  (cold). ``hot`` is the same with a single input set (L2-resident when it fits).
 * ``host``: one eager call + synchronize, wall clock: launch overhead included.
 * ``kernel`` (optional): kernel durations from the PyTorch profiler (CUPTI), a
   cross-check of ``device``.
 
-Stop rule, the same for every variant of a spec: at least ``min_samples``,
-then stop once the spread (p90 − p10)/median is under ``target_spread`` or
-the pair's ``budget_s`` is spent, at most ``max_samples``.
+Stop rule, the same for every variant of a spec: at least ``min_samples``
+rounds, then stop once the spread (p90 − p10)/median is under
+``target_spread`` and the ratio to the baseline is known to ± ``target_spread``,
+or the pair's ``budget_s`` is spent, at most ``max_samples``.
 
-On the CPU the device clock is wall time over the same rotating loop (there is
-no asynchronous device), and interpreted Triton kernels are not timed at all.
+On the CPU the device clock is wall time over the same rounds (there is no
+asynchronous device), and interpreted Triton kernels are not timed at all.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from matprobe.harness.fingerprint import measurement_fingerprint
 from matprobe.harness.results import ClockStats
 
 Call = Callable[[Any, Any], None]  # (inputs, out) -> None
@@ -49,7 +52,9 @@ class TimingPolicy:
 
     @property
     def fingerprint(self) -> str:
-        text = json.dumps(asdict(self), sort_keys=True)
+        """The settings and the harness's measurement code: a verdict reached by
+        other validation or timing code is another result (see ``fingerprint.py``)."""
+        text = json.dumps(asdict(self), sort_keys=True) + measurement_fingerprint()
         return "p" + hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
@@ -62,17 +67,6 @@ def rotation_count(set_bytes: int, l2_bytes: int, policy: TimingPolicy) -> int:
     return max(1, min(want, cap))
 
 
-def _enough(samples: list[float], started: float, policy: TimingPolicy) -> bool:
-    if len(samples) >= policy.max_samples:
-        return True
-    if len(samples) < policy.min_samples:
-        return False
-    if time.perf_counter() - started > policy.budget_s:
-        return True
-    stats = ClockStats.from_samples(samples)
-    return stats.spread < policy.target_spread
-
-
 def calls_per_sample(n_sets: int, policy: TimingPolicy) -> int:
     """Whole rounds over the sets, at least ``min_calls_per_sample`` calls."""
     rounds = max(1, math.ceil(policy.min_calls_per_sample / n_sets))
@@ -80,52 +74,6 @@ def calls_per_sample(n_sets: int, policy: TimingPolicy) -> int:
 
 
 # ---- CUDA --------------------------------------------------------------------------
-
-
-@dataclass
-class CapturedGraph:
-    graph: Any  # torch.cuda.CUDAGraph
-    calls: int
-    last_set: int  # index of the input set the final call used
-
-
-def capture(fn: Call, sets: Sequence[Any], out: Any, calls: int, warmup: int) -> CapturedGraph:
-    """Warm up on a side stream (compilation, autotuning, handles), then capture
-    ``calls`` back-to-back calls cycling over ``sets`` into one graph."""
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(warmup):
-            for inputs in sets:
-                fn(inputs, out)
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(sets[i % len(sets)], out)
-    torch.cuda.synchronize()
-    return CapturedGraph(graph, calls, (calls - 1) % len(sets))
-
-
-def time_graph(captured: CapturedGraph, policy: TimingPolicy) -> ClockStats:
-    import torch
-
-    start_event = torch.cuda.Event(enable_timing=True)
-    end_event = torch.cuda.Event(enable_timing=True)
-    captured.graph.replay()  # warm replay: first replays upload the graph
-    torch.cuda.synchronize()
-    samples: list[float] = []
-    started = time.perf_counter()
-    while not _enough(samples, started, policy):
-        start_event.record()
-        captured.graph.replay()
-        end_event.record()
-        end_event.synchronize()
-        samples.append(start_event.elapsed_time(end_event) * 1000.0 / captured.calls)
-    return ClockStats.from_samples(samples, captured.calls)
 
 
 def time_host_cuda(fn: Call, inputs: Any, out: Any, policy: TimingPolicy) -> ClockStats:
@@ -166,21 +114,6 @@ def time_kernels_profiler(fn: Call, sets: Sequence[Any], out: Any, calls: int) -
 # ---- CPU ---------------------------------------------------------------------------
 
 
-def time_loop_cpu(fn: Call, sets: Sequence[Any], out: Any, policy: TimingPolicy) -> ClockStats:
-    """Wall time per call over back-to-back calls rotating over ``sets``."""
-    for inputs in sets[: policy.warmup]:
-        fn(inputs, out)
-    calls = len(sets)
-    samples: list[float] = []
-    started = time.perf_counter()
-    while not _enough(samples, started, policy):
-        t0 = time.perf_counter()
-        for inputs in sets:
-            fn(inputs, out)
-        samples.append((time.perf_counter() - t0) * 1e6 / calls)
-    return ClockStats.from_samples(samples, calls)
-
-
 def time_host_cpu(fn: Call, inputs: Any, out: Any, policy: TimingPolicy) -> ClockStats:
     samples = []
     started = time.perf_counter()
@@ -193,45 +126,7 @@ def time_host_cpu(fn: Call, inputs: Any, out: Any, policy: TimingPolicy) -> Cloc
     return ClockStats.from_samples(samples)
 
 
-# ---- peak bandwidth ------------------------------------------------------------------
-
-
-def measure_peaks_cuda(size_bytes: int = 2**30, repeats: int = 20) -> dict[str, float]:
-    """The device's own ceilings, measured once: a large copy (bytes read + written)
-    and a streaming read (a sum: reads everything, writes one value). A GEMV only
-    reads, so its roofline is the read figure."""
-    import torch
-
-    def median_ms(op: Callable[[], Any]) -> float:
-        for _ in range(3):
-            op()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(repeats):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            op()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        times.sort()
-        return times[len(times) // 2]
-
-    def measure() -> tuple[float, float]:
-        src = torch.rand(size_bytes // 4, device="cuda", dtype=torch.float32)
-        dst = torch.empty_like(src)
-        acc = torch.empty((), device="cuda", dtype=torch.float32)
-        return (median_ms(lambda: dst.copy_(src)),
-                median_ms(lambda: torch.sum(src, dim=0, out=acc)))
-
-    copy_ms, read_ms = measure()
-    torch.cuda.empty_cache()  # give the 2 GiB back before kernels are measured
-    return {
-        "copy_gbps": 2 * size_bytes / (copy_ms * 1e-3) / 1e9,
-        "read_gbps": size_bytes / (read_ms * 1e-3) / 1e9,
-        "size_bytes": float(size_bytes),
-    }
+# ---- GPU state ----------------------------------------------------------------------
 
 
 def gpu_clock_state() -> dict[str, str]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from matprobe.errors import MatprobeError
+from matprobe.harness.fingerprint import module_fingerprint
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -66,7 +67,20 @@ def _source_text(obj: Any) -> str:
     try:
         return inspect.getsource(target)
     except (OSError, TypeError):
-        return repr(target)
+        # Not repr(): a function's repr holds its address, which differs per process.
+        name = getattr(target, "__qualname__", None)
+        return f"{getattr(target, '__module__', '')}.{name}" if name else repr(target)
+
+
+def _family_fingerprint(build: Builder, supports: Supports, sources: Sequence[Any]) -> str:
+    """The builder's whole module with the package modules it imports (see
+    :mod:`matprobe.harness.fingerprint`), the predicate's source (it may live
+    elsewhere) and the extra ``sources``."""
+    module = getattr(build, "__module__", None)
+    whole = module_fingerprint(module) if isinstance(module, str) else ""
+    parts = [whole or _source_text(build), _source_text(supports)]
+    parts += (_source_text(obj) for obj in sources)
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,13 @@ class Variant:
         return dict(self.params)
 
     @property
+    def launches_early(self) -> bool:
+        """Launched with programmatic dependent launch (a truthy ``pdl`` parameter):
+        it may start before the kernel that writes its input has finished, so the
+        harness checks it in a chain of dependent calls."""
+        return bool(self.param_dict.get("pdl"))
+
+    @property
     def fingerprint(self) -> str:
         """Changes when the family's source or this variant's parameters change."""
         text = self.family.source_fingerprint + json.dumps(self.params, sort_keys=True,
@@ -169,12 +190,16 @@ def variant_family(
 ) -> Callable[[Builder], VariantFamily]:
     """Decorate a builder ``(spec, params, device) -> KernelFn`` into a family.
 
-    ``sources`` are further objects (kernels, helpers) whose source code is part
-    of the fingerprint, so editing a kernel re-runs exactly its family's pairs.
+    The family's fingerprint hashes the whole module that defines ``build`` and
+    every module of its package directory that it imports (found by parsing,
+    transitively, function-local imports included), so editing a wrapper's
+    constant, a shared helper or a kernel re-runs exactly the families that use
+    it. ``sources`` are further objects or source strings to hash: what the
+    parse cannot see (a file read by path and never imported, a helper outside
+    the package directory).
     """
 
     def wrap(build: Builder) -> VariantFamily:
-        text = "\n".join(_source_text(obj) for obj in (build, supports, *sources))
         return VariantFamily(
             name=name,
             ops=frozenset(ops),
@@ -188,7 +213,7 @@ def variant_family(
             requires=tuple(requires),
             interpreted_on_cpu=interpreted_on_cpu,
             description=description or (inspect.getdoc(build) or "").split("\n")[0],
-            source_fingerprint=hashlib.sha256(text.encode()).hexdigest(),
+            source_fingerprint=_family_fingerprint(build, supports, sources),
         )
 
     return wrap

@@ -43,6 +43,15 @@ class Task:
     index: int  # the caller's handle for the pair
     spec: MatmulSpec
     variant: Variant
+    #: timed interleaved with the candidate (None: no ratio, e.g. the baseline itself)
+    baseline: Variant | None = None
+
+
+VariantRef = tuple[str, tuple[tuple[str, Any], ...]]  # family name, params
+
+
+def _ref(variant: Variant | None) -> VariantRef | None:
+    return None if variant is None else (variant.family.name, variant.params)
 
 
 def load_registry(factory: str) -> Registry:
@@ -59,7 +68,7 @@ def _worker_main(
     device: dict[str, Any],
     policy: dict[str, Any],
     run_id: int | None,
-    tasks: list[tuple[int, dict[str, Any], str, tuple[tuple[str, Any], ...]]],
+    tasks: list[tuple[int, dict[str, Any], VariantRef, VariantRef | None]],
 ) -> None:
     # Ctrl-C goes to the whole process group: the parent decides, the worker waits.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -71,12 +80,16 @@ def _worker_main(
         info = DeviceInfo(**{**device, "capability": tuple(device["capability"])
                              if device.get("capability") else None})
         ctx = PairContext(info, TimingPolicy(**policy), run_id)
-        for index, spec_data, family_name, params in tasks:
+        def resolve(ref: VariantRef) -> Variant:
+            return Variant(registry.family(ref[0]), tuple(tuple(p) for p in ref[1]))
+
+        for index, spec_data, candidate, baseline in tasks:
             conn.send(("start", index))
             spec = MatmulSpec.from_dict(spec_data)
-            variant = Variant(registry.family(family_name), params)
+            variant = resolve(candidate)
             try:
-                result = measure_pair_safely(spec, variant, ctx)
+                result = measure_pair_safely(spec, variant, ctx,
+                                             resolve(baseline) if baseline else None)
             except PoisonedContextError as poisoned:
                 conn.send(("done", index, poisoned.args[0].to_dict()))
                 conn.send(("exit", "CUDA context poisoned; restarting the worker"))
@@ -119,7 +132,7 @@ def run_tasks(
     while remaining:
         parent_conn, child_conn = mp.Pipe(duplex=False)
         payload = [
-            (t.index, t.spec.to_dict(), t.variant.family.name, t.variant.params)
+            (t.index, t.spec.to_dict(), _ref(t.variant), _ref(t.baseline))
             for t in remaining.values()
         ]
         proc = mp.Process(

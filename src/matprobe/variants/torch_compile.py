@@ -93,7 +93,6 @@ def make_fn(
     dtypes=("f32", "f16", "bf16"),
     peer=True,
     requires=("torch",),
-    sources=(make_fn,),
 )
 def TORCH_COMPILE(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo

@@ -144,7 +144,6 @@ def _pdl_unsupported(spec: MatmulSpec, device: DeviceInfo) -> str | None:
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,
-    sources=(KERNELS_SOURCE, Path(common.__file__).read_text(encoding="utf-8"), block, _next_pow2),
 )
 def ATTN_BMV(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo

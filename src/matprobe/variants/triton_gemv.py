@@ -109,7 +109,6 @@ def _pdl_unsupported(spec: MatmulSpec, bk: int, device: DeviceInfo) -> str | Non
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,
-    sources=(KERNELS_SOURCE, Path(common.__file__).read_text(encoding="utf-8")),
 )
 def GEMV_NT(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo

@@ -1,0 +1,170 @@
+"""Fingerprints of source code: what decides that a stored result is stale.
+
+A cached verdict is only as good as the code that produced it, so both
+fingerprints here hash source files — their bytes, named by module, never by
+absolute path, so one checkout gives the same fingerprint in every process
+and on every machine:
+
+* a variant family's (:func:`module_fingerprint`): the whole module that
+  defines its builder, plus every module of the same package directory that
+  it imports, transitively — a wrapper's constants, a shared helper module, a
+  kernel module imported inside the builder. Imports are found by parsing the
+  source with :mod:`ast`, never by importing it: kernel modules import triton,
+  which may be missing.
+* the harness's measurement code (:func:`measurement_fingerprint`), part of
+  the timing policy's fingerprint: a store written by an older harness, whose
+  validation or timing differed, is measured again.
+
+What a parse cannot see — a module imported by a computed name, a file read
+by path and never imported, a helper outside the package directory — a
+family names in ``variant_family(sources=...)``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+#: The harness modules whose code decides a verdict or a time (with the numeric
+#: constants they define, which live in their text). Missing ones are skipped.
+#: ``sampling`` holds the device clock (the interleaved producer/candidate timing).
+MEASUREMENT_MODULES = ("inputs", "validate", "timing", "measure", "checks", "peaks", "sampling")
+
+#: Where :data:`MEASUREMENT_MODULES` live: this package's directory.
+HARNESS_DIR = Path(__file__).resolve().parent
+_HARNESS_PACKAGE = __name__.rpartition(".")[0]
+
+
+def hash_files(files: Mapping[str, Path]) -> str:
+    """SHA-256 over the files' bytes, in order of their module names.
+
+    A file that cannot be read is hashed as such: the fingerprint then differs
+    from a readable checkout's, and the affected pairs are measured again.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        try:
+            data = files[name].read_bytes()
+        except OSError:
+            data = b"\0unreadable"
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _with_parents(name: str) -> Iterator[str]:
+    """``a.b.c``, ``a.b``, ``a``: importing a module runs its packages too."""
+    while name:
+        yield name
+        name = name.rpartition(".")[0]
+
+
+# Keyed by the text itself, so never stale: the shared helper modules are parsed
+# once per process, not once per family.
+@functools.lru_cache(maxsize=256)
+def imported_names(source: bytes, module: str, is_package: bool) -> frozenset[str]:
+    """Absolute names of the modules ``source`` may import, anywhere in it
+    (inside functions and ``TYPE_CHECKING`` blocks too); relative imports are
+    resolved against ``module``. A ``from p import n`` gives ``p`` and ``p.n``
+    (``n`` may be a submodule). Unparsable source imports nothing known."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):  # ValueError: null bytes
+        return frozenset()
+    here = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.update(_with_parents(alias.name))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = here.split(".") if here else []
+                if node.level - 1 > len(parts):
+                    continue  # beyond the top-level package: fails at import anyway
+                kept = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*kept, base] if base else kept)
+            if base:
+                found.update(_with_parents(base))
+            for alias in node.names:
+                if alias.name != "*":
+                    found.add(f"{base}.{alias.name}" if base else alias.name)
+    return frozenset(found)
+
+
+def _resolve(name: str, package: str, root: Path) -> Path | None:
+    """The file of module ``name`` when it lies under ``root`` (package ``package``)."""
+    if package and name == package:
+        rel: list[str] = []
+    elif package and name.startswith(package + "."):
+        rel = name[len(package) + 1 :].split(".")
+    elif not package:
+        rel = name.split(".")
+    else:
+        return None
+    init = root.joinpath(*rel, "__init__.py")
+    if init.is_file():  # a package directory wins over a module file, as in Python
+        return init
+    if rel:
+        module = root.joinpath(*rel[:-1], rel[-1] + ".py")
+        if module.is_file():
+            return module
+    return None
+
+
+def module_closure(module: str, path: Path) -> dict[str, Path]:
+    """``module`` (at ``path``) and, transitively, every module it imports that
+    lives in its package directory (subpackages included), by module name."""
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    root = path.parent
+    files = {module: path}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        file = files[name]
+        try:
+            source = file.read_bytes()
+        except OSError:
+            continue  # hash_files marks it unreadable
+        for imported in imported_names(source, name, file.name == "__init__.py"):
+            if imported in files:
+                continue
+            found = _resolve(imported, package, root)
+            if found is not None:
+                files[imported] = found
+                todo.append(imported)
+    return files
+
+
+def module_fingerprint(module: str, path: Path | None = None) -> str:
+    """The hash of :func:`module_closure`; ``path`` defaults to the imported
+    module's file. Empty when the module has no source file (``-c`` code, a REPL)."""
+    if path is None:
+        loaded = sys.modules.get(module)
+        file = getattr(loaded, "__file__", None)
+        if not isinstance(file, str):
+            return ""
+        path = Path(file)
+    if not path.is_file():
+        return ""
+    return hash_files(module_closure(module, path))
+
+
+def measurement_sources(directory: Path | None = None) -> dict[str, Path]:
+    """The files of :data:`MEASUREMENT_MODULES` that exist, by module name."""
+    where = HARNESS_DIR if directory is None else directory
+    files = {f"{_HARNESS_PACKAGE}.{name}": where / f"{name}.py" for name in MEASUREMENT_MODULES}
+    return {name: file for name, file in files.items() if file.is_file()}
+
+
+@functools.cache
+def measurement_fingerprint() -> str:
+    """The hash of the harness's measurement code, once per process: the code
+    that runs is what was imported, and planning asks for it once per pair."""
+    return hash_files(measurement_sources())

@@ -1,0 +1,224 @@
+"""The device clock: a candidate timed after a *different* kernel that produced its
+input, interleaved with the baseline on the same card and the same inputs.
+
+Why this shape (issue: "pdl1 figures do not hold in a decode token"): replaying
+the same kernel back to back lets a kernel with programmatic dependent launch
+overlap its own previous call, a gain that vanishes in an engine, where the
+kernel before it is an RMSNorm or an activation. So every call is preceded by a
+producer — an elementwise kernel that writes the call's ``x`` (``a``) and does
+not trigger dependents early — and the producer's own cost is measured alone
+and subtracted::
+
+    recording P·C : P₀ C₀ P₁ C₁ … (candidate after its producer)
+    recording P·B : P₀ B₀ P₁ B₁ … (baseline after the same producer)
+    recording P   : P₀ P₁ …        (the producer alone)
+    candidate µs/call = (t(P·C) − t(P)) / calls, baseline likewise
+
+The three recordings are replayed in rounds (rotating their order), so the
+candidate and the baseline see the same card state, clocks and neighbours
+within milliseconds of each other; the ratio of each round gives a ratio with
+a distribution-free confidence interval (:func:`matprobe.stats.median_ci`).
+
+Every call writes its own output (decode outputs are tiny), so a replay can be
+checked call by call (see :mod:`matprobe.harness.checks`).
+
+A :class:`Recorder` hides the device: on CUDA a recording is a CUDA graph timed
+with events; on the CPU it is the list of calls timed with the wall clock. The
+sampling loop, the producer and the checks are the same code on both.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from matprobe.harness.results import ClockStats, Ratio
+from matprobe.harness.timing import TimingPolicy
+from matprobe.stats import median_ci
+
+Step = Callable[[], None]
+Call = Callable[[Any, Any], None]  # (inputs, out) -> None
+
+
+class Recorder(Protocol):
+    """Records a sequence of steps once, replays it, times a replay."""
+
+    def record(self, steps: Sequence[Step], warmup: int) -> Any: ...
+
+    def replay(self, recording: Any) -> None: ...
+
+    def time_us(self, recording: Any) -> float: ...
+
+    def sync(self) -> None: ...
+
+
+class CpuRecorder:
+    """The CPU: a recording is the list of steps; the wall clock times it."""
+
+    def record(self, steps: Sequence[Step], warmup: int) -> list[Step]:
+        for _ in range(min(warmup, 1)):
+            for step in steps:
+                step()
+        return list(steps)
+
+    def replay(self, recording: list[Step]) -> None:
+        for step in recording:
+            step()
+
+    def time_us(self, recording: list[Step]) -> float:
+        t0 = time.perf_counter()
+        self.replay(recording)
+        return (time.perf_counter() - t0) * 1e6
+
+    def sync(self) -> None:
+        return None
+
+
+class CudaRecorder:
+    """CUDA: warm up on a side stream (compilation, autotuning, handles), capture the
+    steps into one CUDA graph, time a replay between two events."""
+
+    def record(self, steps: Sequence[Step], warmup: int) -> Any:
+        import torch
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(warmup):
+                for step in steps:
+                    step()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for step in steps:
+                step()
+        torch.cuda.synchronize()
+        graph.replay()  # the first replays upload the graph
+        torch.cuda.synchronize()
+        return graph
+
+    def replay(self, recording: Any) -> None:
+        recording.replay()
+
+    def time_us(self, recording: Any) -> float:
+        import torch
+
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        recording.replay()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) * 1000.0
+
+    def sync(self) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def producer_sources(sets: Sequence[Any]) -> list[Any]:
+    """For each input set, ``−a``: the producer writes ``a = −(−a)`` (exact), an
+    elementwise kernel of its own that does not trigger dependents early."""
+    return [inputs.a.neg() for inputs in sets]
+
+
+def producer_step(source: Any, inputs: Any) -> Step:
+    import torch
+
+    def step() -> None:
+        torch.neg(source, out=inputs.a)
+
+    return step
+
+
+@dataclass
+class Contender:
+    """One kernel in the rounds: its per-call outputs and its recording."""
+
+    name: str
+    fn: Call
+    outputs: Any  # GuardedOutputs
+    recording: Any = None
+    samples: list[float] = field(default_factory=list)
+
+
+def calls_steps(fn: Call, sets: Sequence[Any], outs: Sequence[Any], sources: Sequence[Any],
+                calls: int) -> list[Step]:
+    """P₀ K₀ P₁ K₁ …: call i uses input set i mod len(sets) and output i."""
+    steps: list[Step] = []
+    for i in range(calls):
+        inputs = sets[i % len(sets)]
+        steps.append(producer_step(sources[i % len(sets)], inputs))
+        steps.append(_bind(fn, inputs, outs[i]))
+    return steps
+
+
+def _bind(fn: Call, inputs: Any, out: Any) -> Step:
+    return lambda: fn(inputs, out)
+
+
+@dataclass
+class Rounds:
+    """What :func:`interleave` measured."""
+
+    candidate: ClockStats
+    baseline: ClockStats | None
+    ratio: tuple[float, float, float] | None  # median, lo, hi
+    rounds: int
+
+
+def _enough(samples: Sequence[float], ratios: Sequence[float], started: float,
+            policy: TimingPolicy) -> bool:
+    n = len(samples)
+    if n >= policy.max_samples:
+        return True
+    if n < policy.min_samples:
+        return False
+    if time.perf_counter() - started > policy.budget_s:
+        return True
+    if ClockStats.from_samples(samples).spread >= policy.target_spread * 4:
+        return False
+    if not ratios:
+        return ClockStats.from_samples(samples).spread < policy.target_spread
+    median, lo, hi = median_ci(ratios)
+    return (hi - lo) / 2 < policy.target_spread * median
+
+
+def interleave(recorder: Recorder, producer: Any, candidate: Contender,
+               baseline: Contender | None, calls: int, policy: TimingPolicy) -> Rounds:
+    """Replay the producer-only, candidate and baseline recordings in rounds (their
+    order rotating each round) until the stop rule; per-call device times with the
+    producer subtracted, and per-round candidate/baseline ratios."""
+    contenders = [candidate] + ([baseline] if baseline is not None else [])
+    names = ["producer", *(c.name for c in contenders)]
+    recordings = {"producer": producer, **{c.name: c.recording for c in contenders}}
+    ratios: list[float] = []
+    started = time.perf_counter()
+    index = 0
+    while not _enough(candidate.samples, ratios, started, policy):
+        order = names[index % len(names):] + names[:index % len(names)]
+        index += 1
+        times = {name: recorder.time_us(recordings[name]) for name in order}
+        for contender in contenders:
+            contender.samples.append(max(times[contender.name] - times["producer"], 0.0)
+                                     / calls)
+        if baseline is not None:
+            base = baseline.samples[-1]
+            ratios.append(candidate.samples[-1] / base if base > 0 else math.inf)
+    base_stats = (ClockStats.from_samples(baseline.samples, calls)
+                  if baseline is not None else None)
+    return Rounds(ClockStats.from_samples(candidate.samples, calls), base_stats,
+                  median_ci(ratios) if ratios else None, len(candidate.samples))
+
+
+def ratio_of(rounds: Rounds, baseline_id: str) -> Ratio | None:
+    if rounds.ratio is None or rounds.baseline is None:
+        return None
+    median, lo, hi = rounds.ratio
+    return Ratio(baseline_id, median, lo, hi, rounds.rounds, rounds.baseline.median_us,
+                 samples=rounds.baseline.samples)

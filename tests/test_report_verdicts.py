@@ -1,0 +1,311 @@
+"""What a report concludes from hand-made results: peers never crowned, a figure above
+the read ceiling flagged, interleaved ratios with their interval (and SAME within
+noise), calls per token by attention site, and names from a profile escaped."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from matprobe.harness.device import DeviceInfo
+from matprobe.harness.report import (
+    Report,
+    build_report,
+    md_safe,
+    render_markdown,
+    render_terminal,
+    term_safe,
+    to_csv,
+    to_json,
+)
+from matprobe.harness.results import Clocks, ClockStats, ErrorMetrics, PairResult, Ratio, Status
+from matprobe.harness.runner import PairState, Plan, PlannedPair, RunOutcome
+from matprobe.harness.timing import TimingPolicy
+from matprobe.harness.variants import Variant, VariantFamily
+from matprobe.spec import BackendTiming, MatmulSpec, Provenance
+from matprobe.stats import Stats
+
+CUDA = DeviceInfo(kind="cuda", name="test GPU", capability=(9, 0))
+POLICY = TimingPolicy()
+BASE, NUMPY, OURS, OURS2 = "torch.matmul", "numpy.matmul", "triton.ours", "triton.other"
+PEERS = {BASE, NUMPY}  # as the registry flags them: the vendor library is a peer too
+GEMV = "op=matmul | batch=1 | m=1 | n=896 | k=896 | tA=0 | tB=1 | dtype=f16"
+
+
+def profiled(key: str, count: int, backend: str = "mps") -> MatmulSpec:
+    stats = Stats(count, count * 0.2, 0.2, 0.2, 0.2, 0.2, 0.2)
+    return MatmulSpec.parse(key).with_provenance(
+        Provenance((BackendTiming(backend, stats),), "test")
+    )
+
+
+def variant_of(family: str) -> Variant:
+    def never(*_: Any) -> Any:
+        raise AssertionError("reports never build kernels")
+
+    return Variant(VariantFamily(family, frozenset({"matmul"}), frozenset({"cuda"}), never))
+
+
+def result(
+    spec: MatmulSpec,
+    family: str,
+    us: float,
+    *,
+    ratio: Ratio | None = None,
+    status: Status = Status.PASS,
+) -> PairResult:
+    return PairResult(
+        spec_key=spec.key(),
+        variant_id=f"{family}/default",
+        family=family,
+        params={},
+        fingerprint="fp",
+        device="dev",
+        policy="pol",
+        status=status,
+        reason="" if status is Status.PASS else "norm_rel 0.3 > tol",
+        metrics=ErrorMetrics(1e-4, 1e-4, 1e-5, 0, 1e-3, 1e-2, 3),
+        clocks=Clocks(device=ClockStats.from_samples([us] * 5), vs_baseline=ratio),
+    )
+
+
+def report_of(
+    cases: Sequence[tuple[MatmulSpec, Sequence[PairResult]]],
+    *,
+    peers: Collection[str] = PEERS,
+    peaks: Mapping[str, Any] | None = None,
+    tokens: int | None = 10,
+) -> Report:
+    pairs, results = [], {}
+    for spec, spec_results in cases:
+        for r in spec_results:
+            pairs.append(PlannedPair(spec, variant_of(r.family), PairState.RUN))
+            results[(spec.key(), r.variant_id)] = r
+    plan = Plan(pairs)
+    outcome = RunOutcome(1, plan, results)
+    baselines = dict.fromkeys(("matmul", "matmul_bias_add", "matmul_alpha_beta"), BASE)
+    return build_report(
+        plan,
+        outcome,
+        baselines=baselines,
+        device=CUDA,
+        policy=POLICY,
+        peaks=peaks,
+        tokens=tokens,
+        peers=peers,
+    )
+
+
+def ratio(median: float, lo: float, hi: float, baseline_us: float = 10.0) -> Ratio:
+    return Ratio(f"{BASE}/default", median, lo, hi, 40, baseline_us)
+
+
+def summary_row(text: str, needle: str) -> str:
+    summary = text[text.index("Summary") : text.index("Impact")]
+    return next(line for line in summary.splitlines() if needle in line)
+
+
+# ---- peers -------------------------------------------------------------------------
+
+
+def test_a_faster_peer_is_shown_but_never_crowned() -> None:
+    spec = profiled(GEMV, count=240)
+    report = report_of(
+        [(spec, [result(spec, BASE, 10.0), result(spec, NUMPY, 5.0), result(spec, OURS, 8.0)])]
+    )
+    (section,) = report.sections
+    assert section.best_id == f"{OURS}/default" and section.best_us == 8.0
+    assert (section.best_peer_id, section.best_peer_us) == (f"{NUMPY}/default", 5.0)
+    tags = {row.result.family: row.tags for row in section.rows}
+    assert "peer" in tags[NUMPY] and "best-device" not in tags[NUMPY]
+    assert "baseline" in tags[BASE] and "peer" in tags[BASE] and "best-device" not in tags[BASE]
+    assert "best-device" in tags[OURS]
+    assert report.impact_ms() == pytest.approx(240 * 2.0 / 1000)  # ours vs baseline only
+    text = render_terminal(report)
+    assert "best peer" in text and "peer µs" in text
+    assert f"{NUMPY}/default  5.00" in summary_row(text, "matmul 1×896×896")
+    data = to_json(report)
+    flags = {r["family"]: r["peer"] for r in data["specs"][0]["results"]}
+    assert flags == {BASE: True, NUMPY: True, OURS: False}
+    assert data["specs"][0]["best_peer"] == f"{NUMPY}/default"
+
+
+def test_with_only_peers_and_the_baseline_nothing_is_crowned_or_saved() -> None:
+    """The CPU run that crowned numpy.matmul and printed '5874.9 ms saved'."""
+    spec = profiled(GEMV, count=2280)
+    report = report_of([(spec, [result(spec, BASE, 900.0), result(spec, NUMPY, 12.0)])])
+    (section,) = report.sections
+    assert section.best_id is None and section.saving_us is None
+    assert report.impact_ms() == 0.0
+    text = render_terminal(report)
+    assert "best-device" not in text and "0.000 ms saved per profiled run" in text
+    assert "not judged on 1" in text
+
+
+def test_the_baseline_is_not_ours_even_when_not_a_peer() -> None:
+    spec = profiled(GEMV, count=10)
+    report = report_of([(spec, [result(spec, BASE, 3.0), result(spec, OURS, 4.0)])], peers=())
+    (section,) = report.sections
+    assert section.best_id == f"{OURS}/default"
+    assert section.saving_us == pytest.approx(-1.0)  # slower: shown, never counted
+    assert report.impact_ms() == 0.0
+    assert "the baseline is at least as fast on 1" in render_terminal(report)
+
+
+# ---- the read ceiling ----------------------------------------------------------------
+
+
+def test_a_row_above_the_read_ceiling_says_so_instead_of_a_percentage() -> None:
+    spec = profiled(GEMV, count=10)  # 1.609 MB a call
+    fast, slow = result(spec, OURS, 0.5), result(spec, OURS2, 1.0)  # 3218 and 1609 GB/s
+    peaks = {
+        "read_gbps": 3000.0,
+        "copy_gbps": 2900.0,
+        "read_config": "4 programs/SM",
+        "size_bytes": float(2**30),
+    }
+    report = report_of([(spec, [result(spec, BASE, 2.0), fast, slow])], peaks=peaks)
+    rows = {row.result.family: row for row in report.sections[0].rows}
+    assert rows[OURS].exceeds_read_ceiling and not rows[OURS2].exceeds_read_ceiling
+    (note,) = [n for n in report.notes if "ceiling" in n]
+    assert f"{OURS}/default" in note and "3218 GB/s" in note and "3000 GB/s" in note
+    assert OURS2 not in note and "suspect" in note
+    text = render_terminal(report)
+    assert ">100%!" in text and "107%" not in text and "54%" in text
+    assert note in text
+    assert "&gt;100%!" in render_markdown(report) and "107%" not in render_markdown(report)
+    data = json.loads(json.dumps(to_json(report)))
+    flags = {r["family"]: r["exceeds_read_ceiling"] for r in data["specs"][0]["results"]}
+    assert flags == {BASE: False, OURS: True, OURS2: False}
+    assert note in data["notes"]
+    assert "measured peaks (this run)" in text and "4 programs/SM" in text
+
+
+def test_no_ceiling_note_when_every_row_is_under_it() -> None:
+    spec = profiled(GEMV, count=10)
+    report = report_of(
+        [(spec, [result(spec, BASE, 2.0), result(spec, OURS, 1.0)])],
+        peaks={"read_gbps": 3000.0, "copy_gbps": 2900.0},
+    )
+    assert not [n for n in report.notes if "ceiling" in n]
+    assert ">100%!" not in render_terminal(report)
+
+
+# ---- interleaved ratios ------------------------------------------------------------------
+
+
+def test_the_interleaved_ratio_gives_the_cells_and_the_saving() -> None:
+    spec = profiled(GEMV, count=240)
+    ours = result(spec, OURS, 7.5, ratio=ratio(0.79, 0.78, 0.80, baseline_us=10.0))
+    report = report_of([(spec, [result(spec, BASE, 9.0), ours])])
+    (section,) = report.sections
+    assert section.best_ratio == ours.clocks.vs_baseline and section.interleaved
+    # the saving is the interleaved one (10 − 10 × 0.79), not 9.0 − 7.5 from the medians
+    assert section.saving_us == pytest.approx(2.1)
+    assert report.impact_ms() == pytest.approx(240 * 2.1 / 1000)
+    text = render_terminal(report)
+    assert "0.79× [0.78–0.80]" in text
+    assert "1.27× [1.25–1.28]" in summary_row(text, "matmul 1×896×896")
+    assert "not interleaved" not in text
+    data = to_json(report)["specs"][0]
+    assert data["best_ratio"]["median"] == 0.79 and data["interleaved"] is True
+    (mine,) = [r for r in data["results"] if r["family"] == OURS]
+    assert mine["vs_baseline_interleaved"]["lo"] == 0.78
+    assert "0.79" in to_csv(report).splitlines()[-1] or "0.79" in to_csv(report)
+
+
+def test_an_interval_holding_one_is_same_within_noise_and_saves_nothing() -> None:
+    spec = profiled(GEMV, count=240)
+    ours = result(spec, OURS, 9.0, ratio=ratio(0.99, 0.97, 1.02))
+    report = report_of([(spec, [result(spec, BASE, 10.0), ours])])
+    (section,) = report.sections
+    assert section.same_within_noise and section.saving_us == 0.0
+    assert report.impact_ms() == 0.0
+    text = render_terminal(report)
+    assert "SAME within noise (0.99× [0.97–1.02])" in summary_row(text, "matmul 1×896×896")
+    assert "SAME within noise on 1" in text
+    assert to_json(report)["specs"][0]["verdict"] == "same"
+
+
+def test_without_a_ratio_the_separate_medians_are_used_and_marked() -> None:
+    spec = profiled(GEMV, count=240)
+    report = report_of([(spec, [result(spec, BASE, 10.0), result(spec, OURS, 8.0)])])
+    (section,) = report.sections
+    assert section.best_ratio is None and section.saving_us == pytest.approx(2.0)
+    text = render_terminal(report)
+    assert "1.25× (not interleaved)" in summary_row(text, "matmul 1×896×896")
+    assert "2.00 (not interleaved)" in text  # the impact table's saving per call
+
+
+# ---- calls per token ------------------------------------------------------------------------
+
+
+def test_attention_calls_per_token_come_from_its_sites() -> None:
+    """Two Q·Kᵀ shapes (context 50 and 51) of 24 calls each are one site: 24 calls
+    a token, 12 a spec — not 24 ÷ 10 tokens."""
+    weights = profiled(GEMV, count=240)
+    qk = [
+        profiled(
+            f"op=matmul_alpha_beta | batch=14 | m=1 | n={n} | k=64 | tA=0 | tB=1 | "
+            "alpha=0.1250 | dtype=f16",
+            count=24,
+        )
+        for n in (50, 51)
+    ]
+    cases = [(s, [result(s, BASE, 3.0), result(s, OURS, 2.0)]) for s in [weights, *qk]]
+    report = report_of(cases, tokens=10)
+    per_token = {s.spec.n: report.calls_per_token(s) for s in report.sections}
+    assert per_token == {896: 24.0, 50: 12.0, 51: 12.0}
+    assert report.impact_us_per_token() == pytest.approx(24 * 1.0 + 12 + 12)
+    assert report.impact_ms() == pytest.approx((240 + 24 + 24) * 1.0 / 1000)  # per run
+    text = render_terminal(report)
+    assert "= 48.0 µs per token over 10 tokens" in text
+    assert "calls per token: other specs count ÷ 10 tokens; 1 attention site" in text
+    assert "24 calls in the profile (12 per token)" in text
+    assert to_json(report)["per_token_basis"].startswith("calls per token")
+
+
+# ---- hostile names ----------------------------------------------------------------------------
+
+
+HOSTILE = "\x1b[2J`<b>|\nINJECTED"
+
+
+def test_escape_helpers() -> None:
+    assert term_safe("a\x1b[2Jb\nc\x9b") == "a\\x1b[2Jb\\nc\\x9b"
+    assert md_safe("a|b`c<b>&\nd[x](y)\\") == "a\\|b\\`c&lt;b&gt;&amp; d\\[x\\](y)\\\\"
+
+
+def test_names_from_a_profile_are_escaped_in_text_and_markdown() -> None:
+    # A spec key cannot hold '|', whitespace or '=', but ESC, '`' and '<' pass its parser.
+    key = GEMV + " | tag=\x1b[2J`<b>"
+    spec = profiled(key, count=10, backend=HOSTILE)
+    evil = "evil" + HOSTILE  # a variant family named by whoever wrote a plug-in
+    report = report_of(
+        [
+            (
+                spec,
+                [
+                    result(spec, BASE, 2.0),
+                    result(spec, evil, 1.0),
+                    result(spec, OURS, 3.0, status=Status.FAIL),
+                ],
+            )
+        ]
+    )
+    text, markdown = render_terminal(report), render_markdown(report)
+    assert "<b>" not in markdown  # (harmless on a terminal)
+    for out in (text, markdown):
+        assert "\x1b" not in out
+        for line in out.splitlines():  # a newline in a name never starts a line
+            assert not line.lstrip("|- ").startswith("INJECTED"), line
+    assert "\\x1b[2J`<b>|\\nINJECTED" in text  # visible, inert
+    assert "&lt;b&gt;" in markdown and "\\`" in markdown
+    tables = [line for line in markdown.splitlines() if line.startswith("|")]
+    header = len(re.findall(r"(?<!\\)\|", tables[0]))
+    assert all(len(re.findall(r"(?<!\\)\|", line)) == header for line in tables[:5])
+    assert json.loads(json.dumps(to_json(report)))["specs"][0]["spec"]["key"] == key

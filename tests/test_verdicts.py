@@ -1,0 +1,242 @@
+"""Verdicts an engine can be built on: every way a kernel could pass or win without
+earning it, tried on the CPU (the same checks run on the GPU in test_gpu.py).
+
+Each cheater here passed the harness before these checks existed: memoising by
+input pointer, working on some calls only, writing past its output, reading x
+before the kernel that writes it has finished, an fp16 running sum across K
+tiles, a dropped K tail.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
+
+import fake_variants  # noqa: E402
+from matprobe.harness.device import DeviceInfo  # noqa: E402
+from matprobe.harness.inputs import GuardedOutputs  # noqa: E402
+from matprobe.harness.measure import (  # noqa: E402
+    GuardBreachError,
+    PairContext,
+    measure_pair_safely,
+    validate_pair,
+)
+from matprobe.harness.results import Status  # noqa: E402
+from matprobe.harness.timing import TimingPolicy  # noqa: E402
+from matprobe.harness.validate import UNIT_ROUNDOFF, tolerance  # noqa: E402
+from matprobe.harness.variants import Variant  # noqa: E402
+from matprobe.spec import MatmulSpec  # noqa: E402
+from matprobe.stats import median_ci  # noqa: E402
+
+CPU = DeviceInfo(kind="cpu", name="test-cpu")
+FAST = TimingPolicy(min_samples=3, max_samples=6, budget_s=0.02, host_samples=3)
+REGISTRY = fake_variants.registry()
+
+#: The Qwen2.5-0.5B decode GEMVs (DESIGN.md §2) and an awkward one.
+GATE_UP = "op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1"
+DOWN = "op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1"
+O_PROJ = "op=matmul | batch=1 | m=1 | n=896 | k=896 | tA=0 | tB=1"
+QKV = "op=matmul_bias_add | batch=1 | m=1 | n=1152 | k=896 | tA=0 | tB=0"
+AWKWARD = "op=matmul | batch=1 | m=1 | n=53 | k=40 | tA=0 | tB=1"
+
+
+def spec(key: str, dtype: str = "f16") -> MatmulSpec:
+    return MatmulSpec.parse(key).with_dtype(dtype)
+
+
+def variant(name: str) -> Variant:
+    return REGISTRY.family(name).variants()[0]
+
+
+def measure(s: MatmulSpec, name: str, baseline: str | None = None) -> Any:
+    base = variant(baseline) if baseline else None
+    return measure_pair_safely(s, variant(name), PairContext(CPU, FAST), base)
+
+
+# ---- finding 1: the device clock holds after a different kernel, not after itself -----------
+
+
+def test_self_overlap_is_not_credited() -> None:
+    """A kernel that is fast only back to back with itself (PDL overlapping its own
+    previous call) is timed after a producer that writes its x: its figure is the
+    slow one a decode token sees."""
+    result = measure(spec(AWKWARD, "f32"), "fake.self_overlap")
+    assert result.status is Status.PASS, result.reason
+    assert result.clocks.device is not None
+    assert result.clocks.device.median_us > 2500  # 3 ms a call, not the 0.3 ms overlap
+
+
+# ---- finding 2: every timed call is checked, on refilled inputs ---------------------------
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("key", [AWKWARD, "op=matmul_alpha_beta | batch=3 | m=1 | n=17 | k=9 | "
+                                          "tA=0 | tB=0 | alpha=0.125"])
+def test_memoising_by_input_pointer_fails_on_refilled_inputs(key: str, dtype: str) -> None:
+    result = measure(spec(key, dtype), "cheat.memo_pointer")
+    assert result.status is Status.FAIL
+    assert "refilled inputs" in result.reason or "trial" in result.reason
+    assert not result.ranked
+
+
+def test_working_on_some_calls_only_fails_call_by_call() -> None:
+    result = measure(spec(AWKWARD, "f32"), "cheat.some_calls")
+    assert result.status is Status.FAIL
+    assert "of the timed replay" in result.reason and "NaN" in result.reason
+
+
+def test_honest_kernel_passes_every_check_and_is_timed() -> None:
+    result = measure(spec(AWKWARD, "f32"), "fake.exact")
+    assert result.status is Status.PASS, result.reason
+    assert result.clocks.device is not None and result.clocks.device.n >= 3
+
+
+# ---- finding 3: kernels that launch early are checked in a dependent chain -----------------
+
+
+def test_reading_x_before_the_producer_finished_fails_the_chain() -> None:
+    result = measure(spec(AWKWARD, "f32"), "cheat.pdl_early_x")
+    assert result.status is Status.FAIL
+    assert result.reason.startswith("dependent chain"), result.reason
+
+
+@pytest.mark.parametrize("key", [AWKWARD, DOWN.replace("4864", "200"), QKV.replace("896", "64")])
+def test_honest_early_launcher_passes_the_chain(key: str) -> None:
+    result = measure(spec(key, "f16"), "fake.exact_pdl")
+    assert result.status is Status.PASS, result.reason
+
+
+# ---- finding 4: tolerances an honest fp32-accumulating kernel meets and nothing looser ----
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("key", [GATE_UP, DOWN, O_PROJ, QKV])
+def test_half_precision_running_sum_across_k_tiles_fails(key: str, dtype: str) -> None:
+    s = spec(key, dtype)
+    checked = validate_pair(s, variant("cheat.half_running_sum").build(s, CPU), CPU, 3)
+    assert not checked.passed
+    honest = validate_pair(s, variant("fake.exact").build(s, CPU), CPU, 3)
+    assert honest.passed, honest.failure
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+def test_dropping_the_last_three_k_columns_fails(dtype: str) -> None:
+    s = spec(DOWN, dtype)
+    checked = validate_pair(s, variant("cheat.drop_k_tail").build(s, CPU), CPU, 3)
+    assert not checked.passed, checked.metrics
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("key", [GATE_UP, DOWN, O_PROJ, QKV])
+def test_torch_baseline_passes_with_a_margin(key: str, dtype: str) -> None:
+    """No false FAIL: torch's own matmul on the CPU (fp32 accumulation) is well
+    inside both bounds on every Qwen2.5 GEMV shape."""
+    from matprobe.variants.torch_ref import torch_matmul
+
+    s = spec(key, dtype)
+    if torch_matmul.variants()[0].unsupported_reason(s, CPU):
+        pytest.skip("too large for the CPU in half precision")
+    checked = validate_pair(s, torch_matmul.variants()[0].build(s, CPU), CPU, 3)
+    assert checked.passed, checked.failure
+    assert checked.metrics.norm_rel < 0.75 * checked.metrics.tol_norm
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_precision_bounds_are_a_few_roundings(dtype: str) -> None:
+    u = UNIT_ROUNDOFF[dtype]
+    norm, element = tolerance(dtype, 4864)
+    assert u <= norm < 1.05 * u
+    assert 2 * u <= element < 2.1 * u
+    assert tolerance(dtype, 4864, addends=1)[1] > element  # one more rounding per addend
+
+
+# ---- finding 5: writes outside the output ---------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [53, 1, 127])
+def test_writing_past_the_output_fails(n: int) -> None:
+    s = spec(AWKWARD.replace("n=53", f"n={n}"), "f32")
+    result = measure(s, "cheat.out_of_bounds")
+    assert result.status is Status.FAIL
+    assert "wrote outside its output" in result.reason
+
+
+def test_guards_sit_on_both_sides_of_every_output() -> None:
+    s = spec(AWKWARD, "f16")
+    outputs = GuardedOutputs(s, "cpu", 3)
+    assert outputs.breach() is None
+    for view in outputs.views:
+        view.fill_(1.0)  # writing inside is fine
+    assert outputs.breach() is None
+    base = outputs.views[1]
+    torch.as_strided(base, (1,), (1,), base.storage_offset() - 1).fill_(0.0)
+    assert "between outputs 0 and 1" in (outputs.breach() or "")
+
+
+def test_a_guard_breach_in_validation_raises() -> None:
+    s = spec(AWKWARD, "f32")
+    with pytest.raises(GuardBreachError, match="trial 1/3"):
+        validate_pair(s, variant("cheat.out_of_bounds").build(s, CPU), CPU, 3)
+
+
+# ---- finding 8: candidate and baseline interleaved, a ratio with its interval ---------------
+
+
+def test_candidate_is_timed_interleaved_with_the_baseline() -> None:
+    s = spec(AWKWARD, "f32")
+    result = measure(s, "fake.slow", baseline="fake.exact")
+    assert result.status is Status.PASS, result.reason
+    ratio = result.clocks.vs_baseline
+    assert ratio is not None and ratio.baseline_id == "fake.exact/default"
+    assert ratio.lo <= ratio.median <= ratio.hi
+    assert ratio.n == result.clocks.device.n and len(ratio.samples) == ratio.n
+    assert ratio.lo > 1.0  # 2 ms of sleep a call is slower than the exact kernel
+    assert not ratio.below(1.0)
+
+
+def test_the_baseline_itself_gets_no_ratio() -> None:
+    result = measure(spec(AWKWARD, "f32"), "fake.exact", baseline="fake.exact")
+    assert result.status is Status.PASS and result.clocks.vs_baseline is None
+
+
+@pytest.mark.parametrize("n", [6, 15, 40, 200])
+def test_median_interval_covers_the_median(n: int) -> None:
+    values = [float(v) for v in range(n)]
+    median, lo, hi = median_ci(values)
+    assert lo <= median <= hi
+    assert lo > 0 or n < 10  # a real interval, not the whole range, once n allows
+
+
+def test_the_interpreter_truncates_to_bf16_so_its_bound_doubles() -> None:
+    """Triton's interpreter casts fp32 → bf16 by dropping bits (up to one ulp, 2u):
+    interpreted bf16 kernels get the doubled rounding bound, GPU ones never. If a
+    Triton release rounds to nearest, this fails: drop the allowance then."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton", reason="needs triton")
+    code = """
+import torch, triton, triton.language as tl
+@triton.jit
+def cast(x_ptr, y_ptr, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(y_ptr + o, tl.load(x_ptr + o).to(tl.bfloat16))
+x = torch.randn(1024, generator=torch.Generator().manual_seed(0))
+y = torch.empty(1024, dtype=torch.bfloat16)
+cast[(1,)](x, y, N=1024)
+print(int((y != x.to(torch.bfloat16)).sum()), int((y.double().abs() > x.double().abs()).sum()))
+"""
+    env = {**__import__("os").environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True, timeout=120).stdout.split()
+    differs, rounded_up = int(out[0]), int(out[1])
+    assert differs > 100 and rounded_up == 0  # toward zero, never away from it
+    from matprobe.harness.validate import spec_tolerance
+
+    s = spec(DOWN, "bf16")
+    assert spec_tolerance(s, interpreted=True)[0] == pytest.approx(2 * spec_tolerance(s)[0],
+                                                                   rel=0.01)
+    assert spec_tolerance(spec(DOWN, "f16"), interpreted=True) == spec_tolerance(spec(DOWN))
