@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import re
 import sys
+import zlib
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -75,7 +76,12 @@ PROBLEM_KINDS: dict[str, str] = {
     "not_an_event": "JSON but not an event: no event.type, or data not an object (skipped)",
     "unknown_type": "unknown event type (counted in the event types only)",
     "missing_field": "event missing a required field (used as far as it goes)",
+    "bad_value": "duration negative, not finite or over a day (left out of every statistic)",
+    "truncated": "compressed stream ends early (analysed up to the break)",
 }
+#: The longest duration believed (µs): a day. Beyond it a value is a corrupt field,
+#: not a measurement; summed in, one such value moves every total it touches.
+MAX_DURATION_US = 86_400e6
 FIRST_LINES_KEPT = 5
 
 _BLOCK_PART = re.compile(r"_block_\d+")
@@ -330,10 +336,34 @@ def scan(path: str | Path, workers: int | None = None) -> ProfileScan:
             workers = min(os.cpu_count() or 1, 8)
         if not compressed and workers > 1 and path.stat().st_size >= PARALLEL_MIN_BYTES:
             return _scan_parallel(path, workers)
+        lines = _UntilBroken(handle)
         try:
-            return scan_lines(handle, str(path))
-        except (OSError, EOFError) as exc:
+            result = scan_lines(lines, str(path))
+        except ProfileError:
+            if lines.error is None:
+                raise
+            raise ProfileError(f"cannot read {path}: the compressed stream breaks before its "
+                               f"first event ({lines.error})") from None
+        except OSError as exc:  # a read error that is not a broken stream
             raise ProfileError(f"cannot read {path}: {exc}") from None
+        if lines.error is not None:
+            result.problems.add("truncated", result.lines + 1, type(lines.error).__name__)
+        return result
+
+
+class _UntilBroken:
+    """The lines of a (gzip) stream up to where it breaks: a truncated or corrupt
+    .gz is analysed as far as it goes, and the break is reported, not fatal."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle = handle
+        self.error: Exception | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self.handle
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            self.error = exc
 
 
 def _chunk_bounds(path: Path, parts: int) -> list[tuple[int, int]]:
@@ -362,8 +392,11 @@ def _chunk_lines(path: Path, start: int, end: int) -> Iterator[bytes]:
 
 
 def _scan_chunk(path: Path, start: int, end: int, first: bool) -> ProfileScan:
-    """Worker: scan one chunk; only the first decides whether this is a profile."""
-    result = scan_lines(_chunk_lines(path, start, end), str(path), require_events=first)
+    """Worker: scan one chunk. The first sniffs whether this is a profile at all, as
+    a single pass does; whether the file holds any event is decided after the merge
+    (a first chunk of a few long lines that are not events is not a verdict)."""
+    result = scan_lines(_chunk_lines(path, start, end), str(path), require_events=first,
+                        judge_end=False)
     return result.plain()
 
 
@@ -385,7 +418,11 @@ def _scan_parallel(path: Path, workers: int) -> ProfileScan:
 
 
 def scan_lines(
-    lines: Iterable[bytes | str], path: str = "<lines>", *, require_events: bool = True
+    lines: Iterable[bytes | str],
+    path: str = "<lines>",
+    *,
+    require_events: bool = True,
+    judge_end: bool = True,
 ) -> ProfileScan:
     """The scan proper. Written as one flat loop over locals: it is the hot path
     (a million events in a few seconds), so lookups are memoized by op name and
@@ -460,8 +497,12 @@ def scan_lines(
         # bool is not a duration: compare exact types, not isinstance
         has_duration = type(raw_duration) is int or type(raw_duration) is float
         duration = float(raw_duration) if has_duration else 0.0
+        out_of_range = False
+        if has_duration and not 0.0 <= duration <= MAX_DURATION_US:  # NaN fails too
+            problems.add("bad_value", lineno, f"{event_type}.duration_us")
+            has_duration, out_of_range = False, True
         required = required_fields.get(event_type)
-        if required is not None:
+        if required is not None and not out_of_range:
             if not (required <= data.keys()) or (
                 not has_duration and "duration_us" in required
             ):
@@ -539,6 +580,8 @@ def scan_lines(
 
     result.total_events = total
     result.lines = lineno
+    if not judge_end:
+        return result
     if require_events and nonblank == 0:
         raise ProfileError(f"{path} is empty")
     if require_events and total == 0:
