@@ -104,3 +104,15 @@ def test_a_gzip_broken_before_its_first_event_is_a_clear_error(tmp_path: Path) -
     path.write_bytes(data[:20])
     with pytest.raises(ProfileError, match="breaks before its first event"):
         scan(path)
+
+
+def test_hostile_names_reach_the_terminal_as_text(tmp_path: Path) -> None:
+    """ESC sequences, newlines and markup in a profile's names are shown escaped:
+    they cannot clear the screen or forge a row of the analysis."""
+    hostile = "Generation Loop/\x1b[2J<b>mlx</b>\nforged row: count=999`"
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join([event(hostile, 100), event("Generation Loop/k", 50)]) + "\n")
+    text = render_text(analyze(scan(path), ALL))
+    assert "\x1b" not in text and "\\x1b[2J" in text
+    assert not any(line.startswith("forged row") for line in text.splitlines())
+    assert "\\nforged row" in text

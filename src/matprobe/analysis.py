@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from matprobe.jsonl import PROBLEM_KINDS, Problems, ProfileScan
+from matprobe.safetext import term_safe
 from matprobe.stats import Stats
 
 #: Synthetic kernels the aggregate view hides unless asked (they double-count).
@@ -258,15 +259,18 @@ def shape_rows(scan: ProfileScan, needle: str = "") -> list[ShapeRow]:
 
 
 def _render_row(row: Row) -> list[str]:
+    # Every name comes from the profile: shown, never obeyed (see safetext).
     if isinstance(row, ShapeRow):
-        return [f"  {row.shape}:"] + [r.stats.render(f"backend={r.label}", 4) for r in row.backends]
+        return [f"  {term_safe(row.shape)}:"] + [
+            r.stats.render(f"backend={term_safe(r.label)}", 4) for r in row.backends]
     if isinstance(row, CountRow):
-        return [f"  {row.label}: count={row.count}"]
-    return [row.stats.render(row.label, 2)]
+        return [f"  {term_safe(row.label)}: count={row.count}"]
+    return [row.stats.render(term_safe(row.label), 2)]
 
 
 def render_text(analysis: Analysis) -> str:
-    out = [f"\n=== Analyzing {analysis.path} ===", f"Total events: {analysis.total_events}"]
+    out = [f"\n=== Analyzing {term_safe(str(analysis.path))} ===",
+           f"Total events: {analysis.total_events}"]
     for section in analysis.sections:
         out.append(f"\n{section.title}")
         for row in section.rows:
@@ -287,7 +291,7 @@ def render_text(analysis: Analysis) -> str:
             out.append(f"  {text}: {count} (line {lines}{more})")
             details = problems.to_dict()[kind]["details"]
             for detail, n in details.items():
-                out.append(f"    {detail}: {n}")
+                out.append(f"    {term_safe(detail)}: {n}")
     return "\n".join(out) + "\n"
 
 
