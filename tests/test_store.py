@@ -288,7 +288,8 @@ def test_runs(tmp_path: Path) -> None:
     assert [r.id for r in runs] == [first, second]
     assert all(isinstance(r, RunRecord) for r in runs)
     assert runs[0].command == "matprobe bench --all"
-    assert runs[0].environment == env
+    assert {k: v for k, v in runs[0].environment.items() if k != "owner"} == env
+    assert runs[0].environment["owner"]["pid"] == os.getpid()
     assert [r.status for r in runs] == ["done", "interrupted"]
     assert all(r.finished_at and r.finished_at >= r.started_at for r in runs)
 
@@ -298,6 +299,25 @@ def test_running_run_is_listed_unfinished(tmp_path: Path) -> None:
         store.start_run("x", {})
         (run,) = store.runs()
     assert run.status == "running" and run.finished_at is None
+
+
+def test_a_killed_run_is_abandoned_not_running_forever(tmp_path: Path) -> None:
+    """A run whose process was SIGKILLed never reaches finish_run; the listing says
+    so once the process is gone."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys, os, signal; from matprobe.harness.store import ResultStore\n"
+            "s = ResultStore(sys.argv[1]); s.start_run('matprobe run', {})\n"
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r.sqlite")], check=False)
+    assert proc.returncode == -signal.SIGKILL
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        live = store.start_run("still going", {})
+        killed, running = store.runs()
+    assert killed.status == "abandoned" and killed.finished_at is None
+    assert running.id == live and running.status == "running"
 
 
 def test_device_info(tmp_path: Path) -> None:

@@ -41,6 +41,49 @@ SCHEMA_VERSION = 1
 #: How long a writer waits for another process's write lock before giving up.
 BUSY_TIMEOUT_S = 60.0
 RUN_STATUSES = frozenset({"done", "interrupted", "failed"})
+#: A run recorded as running whose process is gone (killed, machine restarted):
+#: shown as such, never as running forever.
+ABANDONED = "abandoned"
+#: Key of the run's environment that names its process (host, pid, start time).
+OWNER_KEY = "owner"
+
+
+def process_owner(pid: int | None = None) -> dict[str, Any]:
+    """Who runs: host, pid and (on Linux) the process's start time, so a later
+    process that reuses the pid is not mistaken for it."""
+    import socket
+
+    pid = os.getpid() if pid is None else pid
+    return {"host": socket.gethostname(), "pid": pid, "started": _process_start(pid)}
+
+
+def _process_start(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    # Field 22 (start time in clock ticks), counted after the ")" that ends the name.
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def owner_alive(owner: Mapping[str, Any]) -> bool | None:
+    """Whether the recorded process still runs; None when it cannot be told here
+    (another host, or no owner recorded)."""
+    import socket
+
+    if not owner or owner.get("host") != socket.gethostname():
+        return None
+    pid = int(owner.get("pid", 0))
+    if pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    started = str(owner.get("started", ""))
+    return not started or _process_start(pid) in ("", started)
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _KEY_COLUMNS = ("spec_key", "variant_id", "fingerprint", "device", "policy")
@@ -94,7 +137,7 @@ class RunRecord:
     id: int
     started_at: str  # RFC 3339, UTC
     finished_at: str | None
-    status: str  # "running", then "done", "interrupted" or "failed"
+    status: str  # "running", then "done", "interrupted" or "failed"; "abandoned" if killed
     command: str
     environment: dict[str, Any]
 
@@ -386,7 +429,7 @@ class ResultStore:
 
     def start_run(self, command: str, environment: Mapping[str, Any]) -> int:
         """Record the start of a run; returns its id for :meth:`finish_run` and results."""
-        env = _dumps(dict(environment))
+        env = _dumps({**environment, OWNER_KEY: process_owner()})
         with self._sqlite("starting a run") as conn:
             cur = conn.execute(
                 "INSERT INTO runs (started_at, finished_at, status, command, environment) "
@@ -426,6 +469,8 @@ class ResultStore:
                 raise StoreError(
                     f"{self.path} is corrupt: unreadable environment of run {run_id}"
                 ) from exc
+            if status == "running" and owner_alive(environment.get(OWNER_KEY) or {}) is False:
+                status = ABANDONED
             out.append(RunRecord(int(run_id), started, finished, status, command, environment))
         return out
 
