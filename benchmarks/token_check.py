@@ -32,8 +32,8 @@ import torch
 
 from matprobe.harness.device import detect
 from matprobe.harness.inputs import MatmulInputs
-from matprobe.harness.variants import builtin_registry
 from matprobe.spec import MatmulSpec
+from matprobe.variants.catalogue import shipped_registry
 
 HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, VOCAB, LAYERS = 896, 4864, 14, 2, 64, 151936, 24
 SHAPES = {
@@ -163,7 +163,7 @@ def main() -> None:
         report = json.load(handle)
     picks = winners(report)
     device = detect("cuda")
-    registry = builtin_registry()
+    registry = shipped_registry()
     token = Token(args.context)
     built: dict[str, Any] = {}
 

@@ -1,15 +1,55 @@
+"""Shared test set-up: the Triton interpreter switch, and the user's seed documents.
+
+TRITON_INTERPRET: the Triton families' tests run their kernels in Triton's
+interpreter on the CPU. A ``@triton.jit`` function decides when it is defined
+whether it is interpreted, so the switch is set here, once, before any test
+module imports triton — except on a machine with a CUDA GPU, where the GPU
+tests (``pytest -m gpu tests/test_gpu.py``) need compiled kernels and the
+tests marked ``interpreter`` skip themselves. Set TRITON_INTERPRET yourself to
+choose either way.
+"""
+
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+from matprobe.harness.device import cuda_available
+
+if "TRITON_INTERPRET" not in os.environ and not cuda_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+#: Copies of the user's analyzer summaries (``seeds/000``, ``001``, ``003``): the
+#: tests' data lives in the repo, never beside it.
+SEEDS = Path(__file__).resolve().parent / "data"
+
+
+#: Why a test that runs Triton kernels on the CPU skips where they are compiled.
+NOT_INTERPRETING = ("Triton kernels are compiled in this session (TRITON_INTERPRET is not 1: "
+                    "a CUDA GPU is here, or it was set so); these tests run without a GPU, "
+                    "or with TRITON_INTERPRET=1")
+
+
+def interpreting() -> bool:
+    """Triton kernels are interpreted in this process (a CPU run of a Triton family works)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "interpreter: runs Triton kernels in the interpreter (needs TRITON_INTERPRET=1)"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("interpreter") is not None and not interpreting():
+        pytest.skip(NOT_INTERPRETING)
 
 
 def seed(prefix: str) -> Path:
-    """A user seed document from ../shared/seeds, or skip when it is not beside us."""
+    """A user seed document kept in tests/data (a missing one is an error, not a skip)."""
     found = sorted(SEEDS.glob(f"{prefix}_*.txt"))
-    if not found:
-        pytest.skip(f"seed {prefix}_* not found under {SEEDS} (../shared is not beside the repo)")
+    assert found, f"seed {prefix}_* not found under {SEEDS}"
     return found[0]

@@ -171,9 +171,9 @@ def test_candidate_is_interleaved_with_cublas() -> None:
 
 def _shipped_validation_points():  # type: ignore[no-untyped-def]
     """Each shipped family's first grid point, and its first pdl=1 point."""
-    from matprobe.harness.variants import builtin_registry
+    from matprobe.variants.catalogue import shipped_registry
 
-    for family in builtin_registry().families():
+    for family in shipped_registry().families():
         if family.name == "torch.compile":
             continue  # minutes of compilation per shape; validated in its own test file
         variants = family.variants()

@@ -11,9 +11,10 @@ import pytest
 pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 from matprobe.cli import main
+from matprobe.errors import MatprobeError
 from matprobe.harness.manifest import ManifestError, load_manifest, parse_manifest
 from matprobe.harness.store import ResultStore
-from matprobe.harness.variants import builtin_registry
+from matprobe.variants.catalogue import shipped_registry
 
 
 def run(*argv: str) -> tuple[int, str]:
@@ -96,7 +97,7 @@ def test_variants_listing_and_support(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_default_manifest_loads_and_selects() -> None:
-    registry = builtin_registry()
+    registry = shipped_registry()
     manifest = load_manifest(None, registry)
     ids = {v.id for v in manifest.variants(registry)}
     assert "torch.matmul/default" in ids and "triton.gemv_nt/bn8_bk1024_w8_pdl1" in ids
@@ -106,7 +107,7 @@ def test_default_manifest_loads_and_selects() -> None:
 
 
 def test_manifest_overrides_grid_exclude_and_disable(tmp_path: Path) -> None:
-    registry = builtin_registry()
+    registry = shipped_registry()
     path = tmp_path / "m.toml"
     path.write_text(
         '[families."triton.gemv_nt"]\ngrid = { bn = [32], bk = [64, 512], pdl = [0] }\n'
@@ -138,13 +139,13 @@ def test_manifest_overrides_grid_exclude_and_disable(tmp_path: Path) -> None:
 )
 def test_bad_manifest_names_the_key(data: dict[str, object], key: str) -> None:
     with pytest.raises(ManifestError) as exc:
-        parse_manifest(data, "m.toml", builtin_registry())
+        parse_manifest(data, "m.toml", shipped_registry())
     assert f"m.toml: {key}:" in str(exc.value)
 
 
 def test_unknown_family_suggests_the_close_name() -> None:
     with pytest.raises(ManifestError, match=r"did you mean triton\.gemv_nt"):
-        parse_manifest({"families": {"triton.gemv_nnt": {}}}, "m.toml", builtin_registry())
+        parse_manifest({"families": {"triton.gemv_nnt": {}}}, "m.toml", shipped_registry())
 
 
 def test_manifest_that_is_not_toml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -164,7 +165,7 @@ def test_tokens_are_inferred_from_the_lm_head_only_when_it_fits() -> None:
 
 
 def test_disabled_family_runs_only_when_named() -> None:
-    registry = builtin_registry()
+    registry = shipped_registry()
     manifest = load_manifest(None, registry)
     assert not any(v.family.name == "torch.compile" for v in manifest.variants(registry))
     assert not any(v.family.name == "torch.compile" for v in manifest.variants(registry, ["*"]))
@@ -173,11 +174,11 @@ def test_disabled_family_runs_only_when_named() -> None:
 
 
 def test_cpu_default_run_validates_one_point_per_triton_family() -> None:
-    from matprobe.cli import _one_point_per_interpreted_family
+    from matprobe.harness.session import one_point_per_interpreted_family
 
-    registry = builtin_registry()
+    registry = shipped_registry()
     variants = load_manifest(None, registry).variants(registry)
-    kept, dropped = _one_point_per_interpreted_family(variants)
+    kept, dropped = one_point_per_interpreted_family(variants)
     interpreted = [v for v in kept if v.family.interpreted_on_cpu]
     assert len(interpreted) == len({v.family.name for v in interpreted}) >= 4
     assert dropped == len(variants) - len(kept) > 0
@@ -186,17 +187,42 @@ def test_cpu_default_run_validates_one_point_per_triton_family() -> None:
 
 def test_the_report_explains_pdl_only_when_a_pdl_variant_runs() -> None:
     """pdl=1 figures include overlap with the previous call: the report must say so
-    whenever one is measured (or cached), and not otherwise."""
-    from matprobe.cli import PDL_NOTE, plan_has_pdl
+    whenever one is measured (or cached), and not otherwise. The note comes from the
+    family's declared trait (``early_launch_param``), not from a name the CLI knows."""
+    from matprobe.harness.report import early_launch_note
     from matprobe.harness.runner import PairState, Plan, PlannedPair
     from matprobe.spec import MatmulSpec
     from matprobe.variants.triton_gemv import GEMV_NT
 
+    assert GEMV_NT.early_launch_param == "pdl"
     spec = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16")
     (pdl1,) = GEMV_NT.variants({"bn": (8,), "bk": (1024,), "w": (4,), "pdl": (1,)})
     (pdl0,) = GEMV_NT.variants({"bn": (8,), "bk": (1024,), "w": (4,), "pdl": (0,)})
-    assert plan_has_pdl(Plan([PlannedPair(spec, pdl0, PairState.RUN),
-                              PlannedPair(spec, pdl1, PairState.CACHED)]))
-    assert not plan_has_pdl(Plan([PlannedPair(spec, pdl0, PairState.RUN),
-                                  PlannedPair(spec, pdl1, PairState.UNSUPPORTED, "cpu")]))
-    assert "producer kernel" in PDL_NOTE and "dependent calls" in PDL_NOTE
+    note = early_launch_note(Plan([PlannedPair(spec, pdl0, PairState.RUN),
+                                   PlannedPair(spec, pdl1, PairState.CACHED)]))
+    assert note.startswith("pdl1 variants launch early")
+    assert "producer kernel" in note and "dependent calls" in note
+    assert not early_launch_note(Plan([PlannedPair(spec, pdl0, PairState.RUN),
+                                       PlannedPair(spec, pdl1, PairState.UNSUPPORTED, "cpu")]))
+
+
+def test_early_launch_is_a_declared_trait() -> None:
+    """Which parameter launches early is the family's word: shipped families with a
+    ``pdl`` grid declare it, others have none; a family may name another parameter."""
+    from matprobe.harness.variants import variant_family
+
+    declared = {f.name: f.early_launch_param for f in shipped_registry().families()}
+    assert {n for n, p in declared.items() if p} == {
+        "triton.gemv_nt", "triton.gemv_stream", "triton.attn_bmv"}
+
+    def build(*_: object) -> object:
+        raise AssertionError
+
+    early = variant_family(name="x.early", ops={"matmul"}, grid={"dep": (0, 1)},
+                           early_launch_param="dep")(build)  # type: ignore[arg-type]
+    assert [v.launches_early for v in early.variants()] == [False, True]
+    plain = variant_family(name="x.plain", ops={"matmul"}, grid={"pdl": (1,)},
+                           early_launch_param=None)(build)  # type: ignore[arg-type]
+    assert not plain.variants()[0].launches_early
+    with pytest.raises(MatprobeError, match="early_launch_param 'pdl' is not a grid parameter"):
+        variant_family(name="x.bad", ops={"matmul"}, early_launch_param="pdl")

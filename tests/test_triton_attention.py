@@ -1,45 +1,34 @@
-"""triton.attn_bmv on the CPU, in the Triton interpreter, against the float64 reference.
+"""triton.attn_bmv in the Triton interpreter: both layouts, all heads, L split over
+programs, KV-cache views (the contract every family meets is tests/test_conformance.py).
 
-The interpreter costs ~15 ms per program, so the sweep runs with batch 1 and
-batch 14 (all query heads of Qwen2.5-0.5B) only where the layout's behaviour
-across heads is the point.
+The interpreter costs ~15 ms per program, so batch 14 (all query heads of
+Qwen2.5-0.5B) runs only where the layout's behaviour across heads is the point.
 """
 
 from __future__ import annotations
 
-import os
-
-# Must precede the first import of triton (and of the kernels module): a
-# @triton.jit function decides at definition time whether it is interpreted.
-os.environ["TRITON_INTERPRET"] = "1"
-
-import itertools
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import pytest
 
+from matprobe.harness.device import DeviceInfo
+from matprobe.harness.inputs import make_inputs
+from matprobe.harness.variants import Variant
+from matprobe.spec import MatmulSpec
+from matprobe.variants.triton_attention import ATTN_BMV, FAMILIES, block
+from triton_checks import (
+    CPU,
+    GPU,
+    assert_point_refused,
+    assert_reason,
+    check_on_cpu,
+    check_reruns,
+    check_strided,
+)
+
 torch = pytest.importorskip("torch", reason="triton.attn_bmv tests need torch")
 pytest.importorskip("triton", reason="triton.attn_bmv tests need triton (run in its interpreter)")
-
-from matprobe.errors import MatprobeError  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.inputs import (  # noqa: E402
-    MatmulInputs,
-    empty_output,
-    make_inputs,
-    reference,
-    reference_scale,
-)
-from matprobe.harness.validate import compare, spec_tolerance  # noqa: E402
-from matprobe.harness.variants import Variant, variant_family  # noqa: E402
-from matprobe.spec import MatmulSpec  # noqa: E402
-from matprobe.variants import triton_attention  # noqa: E402
-from matprobe.variants.triton_attention import ATTN_BMV, FAMILIES, block  # noqa: E402
-from triton_checks import CPU, check_on_cpu  # noqa: E402
-
-GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0))
+pytestmark = pytest.mark.interpreter
 
 #: Epilogues: (alpha, beta, bias flag). "scale" is the scores form, "ab" reads C0.
 EPILOGUES: dict[str, tuple[float, float, bool | None]] = {
@@ -54,7 +43,6 @@ GRIDS = {
     "mid": {"bn": (32,), "bk": (64,), "w": (4,), "pdl": (0,)},
     "wide": {"bn": (64,), "bk": (256,), "w": (4,), "pdl": (0,)},
 }
-LS, HEAD_DIMS = (1, 5, 16, 37, 130), (64, 24)
 
 
 def variant(tag: str) -> Variant:
@@ -77,50 +65,7 @@ def attn_spec(
     )  # fmt: skip
 
 
-def check(
-    v: Variant, spec: MatmulSpec, inputs: MatmulInputs | None = None, out: Any = None,
-    *, runs: int = 1,
-) -> None:  # fmt: skip
-    check_on_cpu(v, spec, inputs, out, runs=runs)
-
-
 # ---- correctness -------------------------------------------------------------
-
-# f32: every layout × L × head_dim × epilogue, batch 1, the grid points in turn.
-F32_CASES = [
-    (layout, length, head_dim, epilogue, list(GRIDS)[i % 3])
-    for i, (layout, length, head_dim, epilogue) in enumerate(
-        itertools.product(("scores", "values"), LS, HEAD_DIMS, ("scale", "ab"))
-    )
-]
-
-# f16/bf16: every L and head_dim at least once per layout and dtype.
-HALF_CASES = [
-    (layout, length, head_dim, dtype, epilogue, grid)
-    for dtype in ("f16", "bf16")
-    for layout in ("scores", "values")
-    for length, head_dim, epilogue, grid in [
-        (1, 64, "scale", "tiny"),
-        (5, 24, "ab", "mid"),
-        (16, 64, "ab", "wide"),
-        (37, 24, "scale", "tiny"),
-        (130, 64, "ab", "tiny" if dtype == "f16" else "mid"),
-    ]
-]
-
-
-@pytest.mark.parametrize(("layout", "length", "head_dim", "epilogue", "grid"), F32_CASES)
-def test_f32_matches_reference(
-    layout: str, length: int, head_dim: int, epilogue: str, grid: str
-) -> None:
-    check(variant(grid), attn_spec(layout, length, head_dim, 1, "f32", epilogue))
-
-
-@pytest.mark.parametrize(("layout", "length", "head_dim", "dtype", "epilogue", "grid"), HALF_CASES)
-def test_half_matches_reference(
-    layout: str, length: int, head_dim: int, dtype: str, epilogue: str, grid: str
-) -> None:
-    check(variant(grid), attn_spec(layout, length, head_dim, 1, dtype, epilogue))
 
 
 @pytest.mark.parametrize(
@@ -137,7 +82,7 @@ def test_half_matches_reference(
 )
 def test_all_heads(layout: str, length: int, dtype: str, epilogue: str, grid: str) -> None:
     """batch 14 (Qwen2.5-0.5B's query heads), head_dim 64: every head in one launch."""
-    check(variant(grid), attn_spec(layout, length, 64, 14, dtype, epilogue))
+    check_on_cpu(variant(grid), attn_spec(layout, length, 64, 14, dtype, epilogue))
 
 
 @pytest.mark.parametrize("layout", ["scores", "values"])
@@ -150,22 +95,13 @@ def test_default_grid_on_profile_form(layout: str) -> None:
         if v.param_dict["pdl"]:  # a KV cache is never prefetched across the launch
             assert (v.unsupported_reason(spec, GPU) or "").startswith("pdl=1")
             continue
-        check(v, spec, inputs)
-
-
-@pytest.mark.parametrize(("layout", "grid"), [("scores", "tiny"), ("values", "tiny")])
-def test_bias_and_ta(layout: str, grid: str) -> None:
-    spec = attn_spec(layout, 37, 24, 2, "f32", "ab_bias", ta=True)
-    inputs = make_inputs(spec, seed=7)
-    assert inputs.a.shape == (2, spec.k, 1)  # stored [batch, k, m]
-    check(variant(grid), spec, inputs)
+        check_on_cpu(v, spec, inputs)
 
 
 @pytest.mark.parametrize("grid", ["tiny", "mid"])
 def test_split_counters_reset_between_runs(grid: str) -> None:
     """Values split over L: the last program resets its counter, so runs repeat."""
-    spec = attn_spec("values", 130, 64, 2, "f32", "ab")
-    check(variant(grid), spec, runs=3)
+    check_reruns(variant(grid), attn_spec("values", 130, 64, 2, "f32", "ab"))
 
 
 @pytest.mark.parametrize(
@@ -179,79 +115,21 @@ def test_split_counters_reset_between_runs(grid: str) -> None:
 def test_long_context(layout: str, bn: int, bk: int) -> None:
     spec = attn_spec(layout, 1024, 64, 1, "bf16", "ab")
     (v,) = ATTN_BMV.variants({"bn": (bn,), "bk": (bk,), "w": (4,), "pdl": (0,)})
-    check(v, spec)
+    check_on_cpu(v, spec)
 
 
 @pytest.mark.parametrize(
     ("layout", "grid"), [("scores", "tiny"), ("values", "tiny"), ("values", "wide")]
 )
 def test_kv_cache_views(layout: str, grid: str) -> None:
-    """K/V as the first L rows of a longer cache (batch stride Lmax·64, a strided
-    head_dim), q, C0 and out non-contiguous: the kernels follow the strides."""
+    """K/V as the first L rows of a longer cache (batch stride Lmax·2·head_dim, a
+    strided head_dim); q, C0, bias and out spread out too."""
     length, head_dim, batch, lmax = 37, 24, 3, 50
     spec = attn_spec(layout, length, head_dim, batch, "bf16", "ab_bias")
-    base = make_inputs(spec, seed=3)
-    cache = torch.zeros(batch, lmax, 2 * head_dim, dtype=base.b.dtype)
-    cache[:, :length, ::2] = base.b  # [batch, L, head_dim] in both layouts
-    b = cache[:, :length, ::2]
-    wide_a = torch.zeros(batch, 1, 3 * (spec.k or 0), dtype=base.a.dtype)
-    wide_a[:, :, 1::3] = base.a
-    n = spec.n or 0
-    wide_c0 = torch.zeros(batch, 2, 2 * n, dtype=base.a.dtype)
-    wide_c0[:, 1:, ::2] = base.c0
-    wide_bias = torch.zeros(2 * n, dtype=base.a.dtype)
-    wide_bias[1::2] = base.bias
-    a, c0 = wide_a[:, :, 1::3], wide_c0[:, 1:, ::2]
-    assert not (a.is_contiguous() or b.is_contiguous() or c0.is_contiguous())
-    inputs = MatmulInputs(a, b, wide_bias[1::2], c0, base.alpha, base.beta, ta=False,
-                          tb=layout == "scores")  # fmt: skip
-    wide_out = torch.full((batch, 1, 2 * n), 7.0, dtype=base.a.dtype)
-    check(variant(grid), spec, inputs, wide_out[:, :, 1::2])
-    assert torch.all(wide_out[:, :, ::2] == 7.0), "wrote outside the output view"
-
-
-@pytest.mark.parametrize("layout", ["scores", "values"])
-def test_writes_nothing_past_n(layout: str) -> None:
-    spec = attn_spec(layout, 5, 24, 3, "f32", "ab_bias")
-    n = spec.n or 0
-    backing = torch.full((3 * n + 64,), 7.0)
-    check(variant("wide"), spec, out=backing[: 3 * n].view(3, 1, n))
-    assert torch.all(backing[3 * n :] == 7.0)
-
-
-# ---- the wrapper's checks ----------------------------------------------------
-
-
-@pytest.mark.parametrize("layout", ["scores", "values"])
-def test_run_rejects_mismatched_tensors(layout: str) -> None:
-    spec = attn_spec(layout, 5, 24, 2, "f16", "ab")
-    run = variant("mid").build(spec, CPU)
-    inputs = make_inputs(spec, seed=0)
-    n = spec.n or 0
-    out = empty_output(spec, "cpu")
-    with pytest.raises(ValueError, match=r"out is torch.float32, expected torch.float16"):
-        run(inputs, torch.empty(2, 1, n))
-    with pytest.raises(ValueError, match=rf"out has shape \(2, 1, {n + 1}\)"):
-        run(inputs, torch.empty(2, 1, n + 1, dtype=torch.float16))
-    with pytest.raises(ValueError, match="C0 is missing"):
-        run(replace(inputs, c0=None), out)
-    with pytest.raises(ValueError, match="B has shape"):
-        run(replace(inputs, b=inputs.b[:1]), out)
-    scores = layout == "scores"
-    with pytest.raises(ValueError, match=f"got tb={not scores}"):
-        run(replace(inputs, tb=not scores), out)
-    plain = replace(spec, beta=0.0)
-    with pytest.raises(ValueError, match="carry C0"):
-        variant("mid").build(plain, CPU)(inputs, out)
-
-
-def test_build_refuses_unsupported_and_interpreter_on_gpu() -> None:
-    with pytest.raises(MatprobeError, match="needs m=1"):
-        variant("mid").build(replace(attn_spec("scores", 5, 64, 1, "f32", "scale"), m=2), CPU)
-    # The interpreter is on in this process: a "GPU" build must say so, not run slowly.
-    for layout in ("scores", "values"):
-        with pytest.raises(MatprobeError, match="TRITON_INTERPRET=1 is set"):
-            variant("mid").build(attn_spec(layout, 5, 64, 1, "f32", "scale"), GPU)
+    cache = torch.zeros(batch, lmax, 2 * head_dim, dtype=torch.bfloat16)
+    kv = cache[:, :length, ::2]  # [batch, L, head_dim] in both layouts
+    kv.copy_(make_inputs(spec, seed=3).b)
+    check_strided(variant(grid), spec, b=kv)
 
 
 # ---- capability reasons and identity -------------------------------------------
@@ -270,13 +148,6 @@ def test_unsupported_reasons() -> None:
         assert reason is not None and reason.startswith("needs k <= 4096 and n <= 4096")
     assert v.unsupported_reason(replace(ok, n=4096, k=4096), GPU) is None
     assert v.unsupported_reason(replace(ok, n=0), CPU) == "empty matmul (n or k is 0)"
-    big = replace(ok, batch=1024, n=4096)
-    reason = v.unsupported_reason(big, CPU)
-    assert reason is not None and "too large for the Triton interpreter (CPU)" in reason
-    assert v.unsupported_reason(big, GPU) is None
-    assert "not implemented" in (v.unsupported_reason(replace(ok, op="gemm_custom"), CPU) or "")
-    assert "q8_0" in (v.unsupported_reason(replace(ok, dtype="q8_0"), CPU) or "")
-    assert "tA/tB" in (v.unsupported_reason(replace(ok, tB=None), CPU) or "")
 
 
 @pytest.mark.parametrize(
@@ -294,9 +165,8 @@ def test_unsupported_reasons() -> None:
 )
 def test_bad_grid_values_are_refused(grid: dict[str, int], fragment: str) -> None:
     point = {"bn": 64, "bk": 128, "w": 4, "pdl": 0, **grid}
-    (v,) = ATTN_BMV.variants({name: (value,) for name, value in point.items()})
-    reason = v.unsupported_reason(attn_spec("values", 130, 64, 14, "f32", "scale"), GPU)
-    assert reason is not None and fragment in reason
+    spec = attn_spec("values", 130, 64, 14, "f32", "scale")
+    assert_point_refused(ATTN_BMV, point, spec, fragment)
 
 
 def test_register_budget_uses_the_clamped_tile() -> None:
@@ -357,44 +227,4 @@ def test_pdl_only_for_weights_on_hopper(
     spec: MatmulSpec, device: DeviceInfo, fragment: str | None
 ) -> None:
     (v,) = ATTN_BMV.variants({"bn": (16,), "bk": (1024,), "pdl": (1,)})
-    reason = v.unsupported_reason(spec, device)
-    if fragment is None:
-        assert reason is None
-    else:
-        assert reason is not None and fragment in reason
-
-
-def test_fingerprint_follows_params_and_kernel_source() -> None:
-    prints = {v.fingerprint for v in ATTN_BMV.variants()}
-    assert len(prints) == len(ATTN_BMV.variants())
-    (a,) = ATTN_BMV.variants({"bn": (64,), "bk": (128,), "pdl": (0,)})
-    (b,) = ATTN_BMV.variants({"bn": (64,), "bk": (128,), "w": (2,), "pdl": (0,)})
-    assert a.fingerprint != b.fingerprint
-    kernel_file = Path(triton_attention.__file__).with_name("_triton_attention_kernels.py")
-    assert kernel_file.read_text(encoding="utf-8") == triton_attention.KERNELS_SOURCE
-    source = triton_attention.KERNELS_SOURCE
-    assert "def attn_scores_kernel" in source and "def attn_values_kernel" in source
-
-    def rebuild(text: str) -> str:
-        fam = variant_family(
-            name=ATTN_BMV.name, ops=ATTN_BMV.ops, supports=ATTN_BMV.supports,
-            grid=ATTN_BMV.grid, sources=(text,),
-        )(ATTN_BMV.build)  # fmt: skip
-        return fam.variants()[0].fingerprint
-
-    assert rebuild(source) != rebuild(source.replace("acc * alpha", "alpha * acc"))
-
-
-@pytest.mark.parametrize("tb", [False, True])
-def test_plain_and_bias_gemvs_run_through_the_same_kernels(tb: bool) -> None:
-    """The fused-QKV shape, scaled down: W stored [k, n] (tB=0) plus a bias."""
-    spec = MatmulSpec(op="matmul_bias_add", batch=1, m=1, n=72, k=56, tA=False, tB=tb,
-                      dtype="f16")
-    (v,) = ATTN_BMV.variants({"bn": (16,), "bk": (1024,), "pdl": (0,)})
-    assert v.unsupported_reason(spec, CPU) is None
-    inputs = make_inputs(spec, 3)
-    out = empty_output(spec, "cpu")
-    out.fill_(float("nan"))
-    v.build(spec, CPU)(inputs, out)
-    result = compare(out, reference(inputs), reference_scale(inputs), spec.k)
-    assert result.failure(*spec_tolerance(spec, interpreted=True)) is None
+    assert_reason(v.unsupported_reason(spec, device), fragment)

@@ -1,59 +1,30 @@
-"""triton.gemm on the CPU, in the Triton interpreter, against the float64 reference.
+"""triton.gemm in the Triton interpreter: several tiles and K iterations, the launch
+it makes (the contract every family meets is tests/test_conformance.py).
 
-The interpreter is slow with ``tl.dot``, so correctness runs use 16×16×16 tiles
-(explicit grid values) on small awkward shapes; one case per dtype runs a
-default grid point.
+The interpreter is slow with ``tl.dot``, so the runs here use small tiles
+(explicit grid values) on small awkward shapes.
 """
 
 from __future__ import annotations
 
-import os
-
-# Must precede the first import of triton (and of the kernels module): a
-# @triton.jit function decides at definition time whether it is interpreted.
-os.environ["TRITON_INTERPRET"] = "1"
-
-import itertools
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="triton.gemm tests need torch")
+from matprobe.harness.inputs import empty_output, make_inputs
+from matprobe.harness.variants import Variant
+from matprobe.spec import MatmulSpec
+from matprobe.variants import _triton_gemm_kernels, triton_gemm
+from matprobe.variants.triton_gemm import FAMILIES, GEMM
+from triton_checks import CPU, GPU, assert_point_refused, check_on_cpu, check_strided
+from triton_checks import spec_for as any_spec
+
+pytest.importorskip("torch", reason="triton.gemm tests need torch")
 pytest.importorskip("triton", reason="triton.gemm tests need triton (run in its interpreter)")
+pytestmark = pytest.mark.interpreter
 
-from matprobe.errors import MatprobeError  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.inputs import (  # noqa: E402
-    MatmulInputs,
-    empty_output,
-    make_inputs,
-)
-from matprobe.harness.variants import Variant, variant_family  # noqa: E402
-from matprobe.spec import MatmulSpec  # noqa: E402
-from matprobe.variants import _triton_gemm_kernels, triton_gemm  # noqa: E402
-from matprobe.variants.triton_gemm import FAMILIES, GEMM  # noqa: E402
-from triton_checks import CPU, check_on_cpu  # noqa: E402
-
-GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0))
-
-#: Epilogues: (op, alpha, beta, bias flag).
-EPILOGUES: dict[str, tuple[str, float | None, float | None, bool | None]] = {
-    "plain": ("matmul", None, None, None),
-    "bias": ("matmul_bias_add", None, None, None),
-    "alpha_beta": ("matmul_alpha_beta", 0.125, 0.5, None),
-    "alpha_beta_bias": ("matmul_alpha_beta", 0.125, 0.5, True),
-}
 LAYOUTS = [(False, False), (False, True), (True, False), (True, True)]  # (tA, tB)
-
-#: (m, n, k, batch): every m, n and k of the brief, ragged against 16×16×16
-#: tiles on every edge, plus k = 64 (BLOCK_K divides k: the unmasked K loop).
-SHAPES = [
-    (33, 17, 70, 2), (16, 64, 1, 2), (33, 64, 20, 1), (16, 17, 20, 2),
-    (33, 17, 1, 2), (16, 64, 70, 2), (33, 64, 64, 2), (16, 17, 64, 1),
-]  # fmt: skip
-
 SMALL = {"bm": (16,), "bn": (16,), "bk": (16,)}
 
 
@@ -66,87 +37,50 @@ def spec_for(
     m: int, n: int, k: int, batch: int, dtype: str, epilogue: str,
     *, ta: bool = False, tb: bool = True,
 ) -> MatmulSpec:  # fmt: skip
-    op, alpha, beta, bias = EPILOGUES[epilogue]
-    return MatmulSpec(
-        op=op, batch=batch, m=m, n=n, k=k, tA=ta, tB=tb,
-        alpha=alpha, beta=beta, bias=bias, dtype=dtype,
-    )  # fmt: skip
-
-
-def check(
-    v: Variant, spec: MatmulSpec, inputs: MatmulInputs | None = None, out: Any = None
-) -> None:
-    check_on_cpu(v, spec, inputs, out)
+    return any_spec(n, k, batch, dtype, epilogue, m=m, ta=ta, tb=tb)
 
 
 # ---- correctness -------------------------------------------------------------
 
-# Every dtype × layout × epilogue once (48 cases), the shapes cycling under them
-# so that each dtype sees every shape and every shape several epilogues.
-CASES = [
-    (dtype, layout, epilogue, SHAPES[(i + j) % len(SHAPES)])
-    for j, dtype in enumerate(("f32", "f16", "bf16"))
-    for i, (layout, epilogue) in enumerate(itertools.product(LAYOUTS, EPILOGUES))
+#: (dtype, (tA, tB), epilogue, (m, n, k, batch)) on 16×16×16 tiles: several tiles
+#: on every edge, ragged (k = 70, 20) or not (k = 64: the unmasked K loop) in
+#: every dtype, each layout and epilogue.
+SMALL_TILE_CASES = [
+    ("f32", (False, False), "plain", (33, 17, 70, 2)),
+    ("f16", (False, True), "bias", (16, 64, 64, 2)),
+    ("bf16", (True, False), "alpha_beta", (33, 64, 20, 1)),
+    ("f32", (True, True), "alpha_beta_bias", (16, 17, 64, 1)),
+    ("f16", (False, False), "alpha_beta_bias", (33, 64, 70, 2)),
+    ("bf16", (False, True), "bias", (33, 17, 64, 2)),
 ]
 
 
-CASE_IDS = [
-    f"{dtype}-tA{int(ta)}tB{int(tb)}-{epilogue}-m{m}n{n}k{k}b{batch}"
-    for dtype, (ta, tb), epilogue, (m, n, k, batch) in CASES
-]
-
-
-@pytest.mark.parametrize(("dtype", "layout", "epilogue", "shape"), CASES, ids=CASE_IDS)
-def test_matches_reference(
+@pytest.mark.parametrize(("dtype", "layout", "epilogue", "shape"), SMALL_TILE_CASES)
+def test_small_tiles(
     dtype: str, layout: tuple[bool, bool], epilogue: str, shape: tuple[int, int, int, int]
 ) -> None:
     m, n, k, batch = shape
-    ta, tb = layout
-    check(variant(), spec_for(m, n, k, batch, dtype, epilogue, ta=ta, tb=tb))
+    spec = spec_for(m, n, k, batch, dtype, epilogue, ta=layout[0], tb=layout[1])
+    check_on_cpu(variant(), spec)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_default_grid_point(dtype: str) -> None:
     # A real tile (bm64 bn128 bk64) over a ragged shape smaller than one tile.
     (v,) = GEMM.variants({"bm": (64,), "bn": (128,)})
-    check(v, spec_for(33, 64, 70, 2, dtype, "alpha_beta_bias", ta=False, tb=True))
+    check_on_cpu(v, spec_for(33, 64, 70, 2, dtype, "alpha_beta_bias", ta=False, tb=True))
 
 
 def test_non_square_tiles() -> None:
     # bm ≠ bn ≠ bk, several tile-rows and tile-columns, grouped ordering with
     # fewer tile-rows than GROUP_M in the last group.
     v = variant({"bm": (16,), "bn": (32,), "bk": (32,)})
-    check(v, spec_for(150, 70, 40, 1, "f16", "alpha_beta_bias", ta=True, tb=False))
+    check_on_cpu(v, spec_for(150, 70, 40, 1, "f16", "alpha_beta_bias", ta=True, tb=False))
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_strided_operands(dtype: str) -> None:
-    """Non-contiguous A, B, C0, bias and out: the kernel follows the strides given."""
-    spec = spec_for(33, 17, 20, 2, dtype, "alpha_beta_bias", ta=False, tb=True)
-    base = make_inputs(spec, seed=3)
-    wide_a = torch.zeros(2, 2 * 33, 25, dtype=base.a.dtype)
-    wide_a[:, ::2, 3:23] = base.a
-    wide_b = torch.zeros(2, 17, 3 * 20, dtype=base.b.dtype)
-    wide_b[:, :, ::3] = base.b
-    wide_c0 = torch.zeros(2, 33, 2 * 17, dtype=base.a.dtype)
-    wide_c0[:, :, 1::2] = base.c0
-    wide_bias = torch.zeros(2 * 17, dtype=base.a.dtype)
-    wide_bias[1::2] = base.bias
-    a, b, c0 = wide_a[:, ::2, 3:23], wide_b[:, :, ::3], wide_c0[:, :, 1::2]
-    assert not (a.is_contiguous() or b.is_contiguous() or c0.is_contiguous())
-    inputs = MatmulInputs(a, b, wide_bias[1::2], c0, base.alpha, base.beta, ta=False, tb=True)
-    wide_out = torch.full((2, 33, 2 * 17), 7.0, dtype=base.a.dtype)
-    out = wide_out[:, :, 1::2]
-    check(variant(), spec, inputs, out)
-    assert torch.all(wide_out[:, :, ::2] == 7.0), "wrote outside the output view"
-
-
-def test_writes_nothing_past_the_output() -> None:
-    spec = spec_for(17, 5, 7, 2, "f32", "alpha_beta_bias")
-    backing = torch.full((2 * 17 * 5 + 64,), 7.0)
-    out = backing[: 2 * 17 * 5].view(2, 17, 5)
-    check(variant(), spec, out=out)
-    assert torch.all(backing[2 * 17 * 5 :] == 7.0)
+    check_strided(variant(), spec_for(33, 17, 20, 2, dtype, "alpha_beta_bias"))
 
 
 # ---- what the wrapper launches -----------------------------------------------------
@@ -195,34 +129,6 @@ def test_kernel_asks_for_ieee_f32() -> None:
     assert "if IEEE:" in triton_gemm.KERNELS_SOURCE
 
 
-# ---- the wrapper's checks ----------------------------------------------------
-
-
-def test_run_rejects_mismatched_tensors() -> None:
-    spec = spec_for(16, 5, 7, 1, "f16", "bias")
-    run = variant().build(spec, CPU)
-    inputs = make_inputs(spec, seed=0)
-    with pytest.raises(ValueError, match=r"out is torch.float32, expected torch.float16"):
-        run(inputs, torch.empty(1, 16, 5))
-    with pytest.raises(ValueError, match=r"out has shape \(1, 16, 6\)"):
-        run(inputs, torch.empty(1, 16, 6, dtype=torch.float16))
-    with pytest.raises(ValueError, match="bias is missing"):
-        run(replace(inputs, bias=None), empty_output(spec, "cpu"))
-    with pytest.raises(ValueError, match="carry C0"):
-        c0 = torch.ones(1, 16, 5, dtype=torch.float16)
-        run(replace(inputs, c0=c0), empty_output(spec, "cpu"))
-    with pytest.raises(ValueError, match=r"B \(as \[batch, k, n\]\) has shape"):
-        run(replace(inputs, tb=False), empty_output(spec, "cpu"))
-
-
-def test_build_refuses_unsupported_and_interpreter_on_gpu() -> None:
-    with pytest.raises(MatprobeError, match="tiled GEMM is for m >= 16"):
-        variant().build(spec_for(1, 5, 7, 1, "f32", "plain"), CPU)
-    # The interpreter is on in this process: a "GPU" build must say so, not run slowly.
-    with pytest.raises(MatprobeError, match="TRITON_INTERPRET=1 is set"):
-        variant().build(spec_for(16, 5, 7, 1, "f32", "plain"), GPU)
-
-
 # ---- capability reasons and identity -------------------------------------------
 
 
@@ -245,7 +151,6 @@ def test_unsupported_reasons() -> None:
     assert reason is not None and "batch·m·n·k" in reason
     assert v.unsupported_reason(long_prefill, GPU) is None
     assert v.unsupported_reason(replace(ok, n=0), GPU) == "empty matmul (n or k is 0)"
-    assert "q8_0" in (v.unsupported_reason(replace(ok, dtype="q8_0"), CPU) or "")
 
 
 def test_shared_memory_limit_depends_on_dtype() -> None:
@@ -278,9 +183,7 @@ def test_shared_memory_limit_depends_on_dtype() -> None:
 )
 def test_bad_grid_values_are_refused(grid: dict[str, int], fragment: str) -> None:
     point = {"bm": 64, "bn": 64, "bk": 32, "w": 4, "s": 3, **grid}
-    (v,) = GEMM.variants({name: (value,) for name, value in point.items()})
-    reason = v.unsupported_reason(spec_for(64, 300, 200, 1, "f16", "plain"), GPU)
-    assert reason is not None and fragment in reason
+    assert_point_refused(GEMM, point, spec_for(64, 300, 200, 1, "f16", "plain"), fragment)
 
 
 def test_family_shape() -> None:
@@ -296,25 +199,3 @@ def test_family_shape() -> None:
         "triton.gemm/bm128_bn64_bk64_w4_s3",
         "triton.gemm/bm128_bn128_bk64_w4_s3",
     ]
-
-
-def test_fingerprint_follows_params_and_kernel_source() -> None:
-    assert len({v.fingerprint for v in GEMM.variants()}) == 4
-    (a,) = GEMM.variants({"bm": (64,), "bn": (64,)})
-    (b,) = GEMM.variants({"bm": (64,), "bn": (64,), "w": (8,)})
-    (c,) = GEMM.variants({"bm": (64,), "bn": (64,), "s": (4,)})
-    assert len({a.fingerprint, b.fingerprint, c.fingerprint}) == 3
-    assert a.id != b.id != c.id
-    kernel_file = Path(triton_gemm.__file__).with_name("_triton_gemm_kernels.py")
-    assert kernel_file.read_text(encoding="utf-8") == triton_gemm.KERNELS_SOURCE
-    assert "def gemm_kernel" in triton_gemm.KERNELS_SOURCE
-
-    def rebuild(source: str) -> str:
-        fam = variant_family(
-            name=GEMM.name, ops=GEMM.ops, supports=GEMM.supports, grid=GEMM.grid,
-            sources=(source,),
-        )(GEMM.build)  # fmt: skip
-        return fam.variants()[0].fingerprint
-
-    source = triton_gemm.KERNELS_SOURCE
-    assert rebuild(source) != rebuild(source.replace("acc * alpha", "alpha * acc"))

@@ -1,6 +1,8 @@
-"""The one correctness bar every Triton family's interpreter tests share: the
-harness's own (``validate.compare`` within ``validate.tolerance``), on an
-output poisoned with NaN so that an element no program writes fails."""
+"""What the Triton families' own interpreter tests share: their specs, and the one
+correctness bar — the harness's own (``validate.compare`` within
+``validate.tolerance``), on an output poisoned with NaN so that an element no
+program writes fails. The contract every family meets is tests/test_conformance.py;
+these serve the tests of each family's own kernel paths."""
 
 from __future__ import annotations
 
@@ -16,10 +18,30 @@ from matprobe.harness.inputs import (
     reference_scale,
 )
 from matprobe.harness.validate import compare, spec_tolerance
-from matprobe.harness.variants import Variant
+from matprobe.harness.variants import Variant, VariantFamily
 from matprobe.spec import MatmulSpec
 
 CPU = DeviceInfo(kind="cpu", name="test")
+GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)
+
+#: Epilogues: (op, alpha, beta, bias flag).
+EPILOGUES: dict[str, tuple[str, float | None, float | None, bool | None]] = {
+    "plain": ("matmul", None, None, None),
+    "bias": ("matmul_bias_add", None, None, None),
+    "alpha_beta": ("matmul_alpha_beta", 0.125, 0.5, None),
+    "alpha_beta_bias": ("matmul_alpha_beta", 0.125, 0.5, True),
+}
+
+
+def spec_for(
+    n: int, k: int, batch: int, dtype: str, epilogue: str,
+    *, m: int = 1, ta: bool = False, tb: bool = True,
+) -> MatmulSpec:  # fmt: skip
+    op, alpha, beta, bias = EPILOGUES[epilogue]
+    return MatmulSpec(
+        op=op, batch=batch, m=m, n=n, k=k, tA=ta, tB=tb,
+        alpha=alpha, beta=beta, bias=bias, dtype=dtype,
+    )  # fmt: skip
 
 
 def assert_matches_reference(out: Any, inputs: MatmulInputs, spec: MatmulSpec, what: str) -> None:
@@ -53,25 +75,67 @@ def check_on_cpu(
     return kernel
 
 
-def assert_rejects_bad_operands(run: Any, spec: MatmulSpec) -> None:
-    """A row GEMV's ``run`` (W stored [batch, n, k]) built for an f16 bias-add spec
-    with batch 1 names each wrong operand instead of launching on it."""
-    import pytest
+def spread(tensor: Any, fill: float = 0.0) -> tuple[Any, Any]:
+    """``tensor``'s values in a view of a larger tensor (``fill`` elsewhere): one
+    element in, every other element along each dimension longer than one, so no
+    stride of the view is a contiguous one. Returns (view, the whole tensor)."""
     import torch
 
-    assert spec.dtype == "f16" and spec.has_bias and spec.batch == 1
-    n, k = spec.n_total or 0, spec.k or 0
-    inputs = make_inputs(spec, seed=0)
-    good_out = empty_output(spec, "cpu")
-    with pytest.raises(ValueError, match=r"out is torch.float32, expected torch.float16"):
-        run(inputs, torch.empty(1, 1, n))
-    with pytest.raises(ValueError, match=rf"out has shape \(1, 1, {n + 1}\)"):
-        run(inputs, torch.empty(1, 1, n + 1, dtype=torch.float16))
-    with pytest.raises(ValueError, match="bias is missing"):
-        run(replace(inputs, bias=None), good_out)
-    with pytest.raises(ValueError, match="carry C0"):
-        run(replace(inputs, c0=torch.ones(1, 1, n, dtype=torch.float16)), good_out)
-    with pytest.raises(ValueError, match=r"tb=True"):
-        run(replace(inputs, tb=False), good_out)
-    with pytest.raises(ValueError, match=rf"W has shape \(1, {n}, {k - 1}\)"):
-        run(replace(inputs, b=inputs.b[:, :, : k - 1]), good_out)
+    steps = [2 if size > 1 else 1 for size in tensor.shape]
+    whole = torch.full([size * step + 1 for size, step in zip(tensor.shape, steps, strict=True)],
+                       fill, dtype=tensor.dtype)  # fmt: skip
+    view = whole[tuple(slice(1, 1 + size * step, step)
+                       for size, step in zip(tensor.shape, steps, strict=True))]  # fmt: skip
+    view.copy_(tensor)
+    return view, whole
+
+
+def check_strided(v: Variant, spec: MatmulSpec, *, seed: int = 3, b: Any = None) -> Any:
+    """Every operand and the output as spread-out views (:func:`spread`) of the seeded
+    inputs — B as given in ``b`` when it is (a view of a KV cache, say): the kernel
+    follows the strides it is given and writes nothing between the output's
+    elements. Returns the kernel."""
+    import torch
+
+    base = make_inputs(spec, seed=seed)
+    a, bias, c0 = (None if t is None else spread(t)[0] for t in (base.a, base.bias, base.c0))
+    strided = replace(base, a=a, b=spread(base.b)[0] if b is None else b, bias=bias, c0=c0)
+    out, whole = spread(empty_output(spec, "cpu"), fill=7.0)
+    kernel = check_on_cpu(v, spec, strided, out)
+    out.fill_(7.0)
+    assert torch.all(whole == 7.0), "wrote outside the output view"
+    return kernel
+
+
+def check_reruns(v: Variant, spec: MatmulSpec, after: Any = None) -> Any:
+    """One build called on the inputs of seeds 1, 2, 1 — as replays of a captured graph
+    call it — each call judged, ``after(kernel)`` checked after each (a workspace or
+    counters left as the next call needs them); the first and last outputs agree to
+    the bit. Returns the kernel."""
+    import torch
+
+    kernel = v.build(spec, CPU)
+    outs = [empty_output(spec, "cpu") for _ in range(3)]
+    for seed, out in zip((1, 2, 1), outs, strict=True):
+        check_on_cpu(v, spec, out=out, kernel=kernel, seed=seed)
+        if after is not None:
+            after(kernel)
+    assert torch.equal(outs[0], outs[2]) and not torch.equal(outs[0], outs[1])
+    return kernel
+
+
+def assert_reason(reason: str | None, fragment: str | None) -> None:
+    """Supported (None) when no ``fragment`` is expected, else a reason that holds it."""
+    if fragment is None:
+        assert reason is None, reason
+    else:
+        assert reason is not None and fragment in reason, reason
+
+
+def assert_point_refused(
+    family: VariantFamily, point: dict[str, Any], spec: MatmulSpec, fragment: str
+) -> None:
+    """The grid point ``point`` (a value per parameter) is refused for ``spec`` on a GPU,
+    for a reason that holds ``fragment``."""
+    (v,) = family.variants({name: (value,) for name, value in point.items()})
+    assert_reason(v.unsupported_reason(spec, GPU), fragment)

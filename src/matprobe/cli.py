@@ -22,24 +22,6 @@ from matprobe.spec import DTYPES, MatmulSpec
 
 EXIT_USAGE = 2
 
-#: Said in every report with pdl=1 variants: what their device clock includes.
-PDL_NOTE = (
-    "pdl1 variants launch with programmatic dependent launch (Hopper+): each call may read "
-    "its weights before the kernel that writes its input has finished. Their device clock, "
-    "like every row's, times each call after a different producer kernel that does not "
-    "trigger dependents early (as an engine's elementwise kernels), never back to back with "
-    "itself, so the figure holds in a decode token; every pdl1 variant also passed a chain "
-    "of 24 dependent calls."
-)
-
-
-def plan_has_pdl(plan: Any) -> bool:
-    """Whether any pair that runs (or was cached) is a pdl=1 variant."""
-    from matprobe.harness.runner import PairState
-
-    return any(pair.variant.param_dict.get("pdl") for pair in plan.pairs
-               if pair.state is not PairState.UNSUPPORTED)
-
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line that points at --help."""
@@ -252,32 +234,10 @@ def _infer_tokens(specs: Sequence[MatmulSpec]) -> int | None:
     return tokens if tokens == min(counts) < max(counts) else None
 
 
-def _measure_peaks(device: Any, store: Any) -> dict[str, Any] | None:
-    """The device's bandwidth ceilings, measured at the start of every CUDA run and
-    never reused from an earlier one (clocks, the driver, even the card behind a
-    device name change between runs). The latest also goes to the store's device
-    info, for history. None on the CPU."""
-    if device.kind != "cuda":
-        return None
-    import datetime as dt
-
-    from matprobe.harness.peaks import measure_peaks_cuda
-
-    peaks = measure_peaks_cuda()
-    store.put_device_info(device.fingerprint, {
-        **peaks, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()})
-    return peaks
-
-
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness import device as device_mod
-    from matprobe.harness.manifest import load_manifest
-    from matprobe.harness.report import build_report, render_markdown, render_terminal, to_csv
+    from matprobe.harness.report import render_markdown, render_terminal, to_csv
     from matprobe.harness.report import to_json as report_json
-    from matprobe.harness.runner import Progress, execute, make_plan
-    from matprobe.harness.store import ResultStore, default_store_path
-    from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
-    from matprobe.harness.variants import builtin_registry
+    from matprobe.harness.session import RunOptions, RunSession
 
     specs, source, warnings = _run_specs(args)
     for warning in warnings:
@@ -286,58 +246,20 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     specs = [s for s in specs if _matches_op(s, args.op)]
     if not specs:
         raise MatprobeError("no specs to run (check --op)")
-    registry = builtin_registry()
-    manifest = load_manifest(args.manifest, registry)
-    variants = manifest.variants(registry, args.variants)
-    if not variants:
-        raise MatprobeError(f"no variant matches {' '.join(args.variants or [])!r}; "
-                            f"known families: {', '.join(registry.names())}")
-    device = device_mod.detect(args.device)
-    interpreter_note = ""
-    if device.kind == "cpu" and not args.variants:
-        variants, dropped = _one_point_per_interpreted_family(variants)
-        if dropped:
-            interpreter_note = (f"CPU: Triton families are validated in the interpreter at one "
-                                f"grid point each ({dropped} other points skipped; name them "
-                                f"with --variants)")
-    policy = TimingPolicy(kernel_clock=args.kernel_clock, trials=args.trials)
-    with ResultStore(args.db or default_store_path()) as store:
-        environment: dict[str, Any] = {"device": device.to_dict(), "source": source}
-        clocks_before = gpu_clock_state() if device.kind == "cuda" else {}
-        environment["gpu_clocks_before"] = clocks_before
-        peaks = _measure_peaks(device, store)
-        if peaks is not None:
-            environment["peaks"] = peaks  # stored with the run they are the ceilings of
-        run_id = store.start_run(" ".join(["matprobe", *sys.argv[1:]]), environment)
-        plan = make_plan(specs, variants, device, policy, store, force=args.force)
-        print(f"matprobe: {source}: {len(specs)} specs × {len(variants)} variants on "
-              f"{device.name} ({device.kind}); {plan.summary()}", file=sys.stderr)
-        progress = Progress(len([p for p in plan.pairs if p.state.value == "run"]))
-        baselines = {op: manifest.baseline_for(op, registry) for op in {s.kind for s in specs}}
-        outcome = execute(plan, store, device, policy, run_id=run_id, timeout_s=args.timeout,
-                          progress=progress, baselines={
-                              op: _baseline_variant(target, registry)
-                              for op, target in baselines.items()})
-        store.finish_run(run_id, "interrupted" if outcome.interrupted else "done")
-    peers = {family.name for family in registry.families() if family.peer}
-    report = build_report(plan, outcome, baselines=baselines, device=device, policy=policy,
-                          peaks=peaks, tokens=tokens, source=source, peers=peers)
-    if device.kind == "cuda":
-        clocks_after = gpu_clock_state()
-        held = sorted(set(throttling(clocks_before) + throttling(clocks_after)))
-        sm = "clocks.sm"
-        if clocks_before or clocks_after:
-            report.notes.append(
-                f"SM clock {clocks_before.get(sm, '?')} before, {clocks_after.get(sm, '?')} "
-                f"after (max {clocks_after.get('clocks.max.sm', '?')}); "
-                + (f"WARNING: throttled ({', '.join(held)})" if held else "no throttling"))
-    if plan_has_pdl(plan):
-        report.notes.append(PDL_NOTE)
-    if device.kind == "cpu":
-        report.notes.append("CPU run: times are wall-clock on this CPU; Triton variants run in "
-                            "the interpreter and are validated, not timed")
-        if interpreter_note:
-            report.notes.append(interpreter_note)
+    session = RunSession(RunOptions(
+        variants=tuple(args.variants or ()),
+        device=args.device,
+        manifest=args.manifest,
+        plugins=tuple(args.plugin or ()),
+        db=args.db,
+        force=args.force,
+        kernel_clock=args.kernel_clock,
+        trials=args.trials,
+        timeout_s=args.timeout,
+        command=" ".join(["matprobe", *sys.argv[1:]]),
+    ))
+    result = session.run(specs, source=source, tokens=tokens)
+    report = result.report
     text = render_terminal(report)
     out.write(text)
     exports: dict[str, Callable[[], str]] = {
@@ -356,34 +278,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         _write(folder / "report.md", render_markdown(report))
         for name, render in exports.items():
             _write(folder / f"report.{name}", render())
-    if outcome.interrupted:
+    if result.interrupted:
         print("matprobe: interrupted; finished pairs are stored", file=sys.stderr)
         return 130
     return 0
-
-
-def _baseline_variant(target: str | None, registry: Any) -> Any:
-    """The variant a baseline names: a variant id, or a family (its first grid point)."""
-    if target is None:
-        return None
-    if "/" in target:
-        return registry.variant(target)
-    return registry.family(target).variants()[0]
-
-
-def _one_point_per_interpreted_family(variants: list[Any]) -> tuple[list[Any], int]:
-    """On the CPU a Triton family runs in the interpreter, where a grid point is
-    a correctness check, not a speed figure: one point per family keeps the
-    default run to minutes. Returns the kept variants and how many were dropped."""
-    kept, seen = [], set()
-    for variant in variants:
-        family = variant.family
-        if family.interpreted_on_cpu:
-            if family.name in seen:
-                continue
-            seen.add(family.name)
-        kept.append(variant)
-    return kept, len(variants) - len(kept)
 
 
 def _write(path: Path, text: str) -> None:
@@ -396,18 +294,17 @@ def _write(path: Path, text: str) -> None:
 
 def cmd_variants(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.harness import device as device_mod
-    from matprobe.harness.manifest import load_manifest
-    from matprobe.harness.variants import builtin_registry
+    from matprobe.harness.manifest import load_manifest_and_registry
 
-    registry = builtin_registry()
-    manifest = load_manifest(args.manifest, registry)
+    manifest, registry = load_manifest_and_registry(args.manifest, args.plugin or ())
     enabled = {v.id for v in manifest.variants(registry)}
     spec = MatmulSpec.parse(args.spec) if args.spec else None
     if spec is not None and spec.dtype is None:
         spec = spec.with_dtype(args.dtype or "f16")
     device = device_mod.detect(args.device) if spec is not None else None
     for family in registry.families():
-        flags = [f for f, on in (("baseline", family.baseline), ("peer", family.peer)) if on]
+        flags = [f for f, on in (("baseline", family.baseline), ("peer", family.peer),
+                                 (f"plugin {family.origin}", family.is_plugin)) if on]
         grid = ", ".join(f"{k}={list(v)}" for k, v in family.grid.items()) or "no parameters"
         out.write(f"{family.name}{' [' + ', '.join(flags) + ']' if flags else ''}: "
                   f"{family.description}\n")
@@ -453,6 +350,13 @@ def _add_spec_source(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=DTYPES,
                    help="weight format for --model (default f16), or the dtype of profile "
                    "specs that do not state one")
+
+
+def _add_plugin(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plugin", action="append", metavar="MODULE",
+                   help="also the variant families of this module (its FAMILIES), importable "
+                   "from the current directory or sys.path; repeatable (a manifest may list "
+                   "them too: plugins = [...])")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -517,7 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", nargs="+", metavar="GLOB",
                    help="only variants whose id or family matches (e.g. 'triton.*')")
     p.add_argument("--op", action="append", metavar="OP", help="only specs of this op")
-    p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if present")
+    p.add_argument("--device", choices=("cuda", "cpu", "mps"),
+                   help="default: cuda if present; mps (Apple silicon) is refused until the "
+                        "harness can time on it")
     p.add_argument("--manifest", metavar="FILE", help="replace the default manifest")
     p.add_argument("--force", action="store_true", help="re-run pairs that are cached")
     p.add_argument("--db", metavar="FILE",
@@ -534,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokens", type=_positive, metavar="N",
                    help="tokens in the profiled run, for per-token impact (default: the "
                    "lm_head's call count)")
+    _add_plugin(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -544,8 +451,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--spec", metavar="KEY", help="a shape key: say for each variant if it runs it")
     p.add_argument("--dtype", choices=DTYPES, help="dtype for a --spec key without one (f16)")
-    p.add_argument("--device", choices=("cuda", "cpu"), help="device to check support on")
+    p.add_argument("--device", choices=("cuda", "cpu", "mps"),
+                   help="device to check support on (mps: refused until the harness can "
+                        "time on it)")
     p.add_argument("--manifest", metavar="FILE", help="replace the default manifest")
+    _add_plugin(p)
     p.set_defaults(func=cmd_variants)
 
     p = sub.add_parser(

@@ -4,6 +4,11 @@ Results are only comparable on the same device with the same software, so the
 fingerprint names the card, its compute capability, the driver and the
 torch/triton/CUDA versions. Detection happens when a run starts, never at
 install time.
+
+Kinds: ``cuda``, ``cpu`` and ``mps`` (Apple's Metal GPU through PyTorch's MPS
+backend). An MPS device is described (:func:`mps_info`) but not handed to a
+run yet: the measurement code has CUDA and CPU recorders only, and would time
+an MPS tensor as if it were on the CPU (see :data:`MPS_MEASURABLE`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from matprobe.errors import MatprobeError
 
 @dataclass(frozen=True)
 class DeviceInfo:
-    kind: str  # "cuda" or "cpu"
+    kind: str  # "cuda", "cpu" or "mps"
     name: str
     index: int = 0
     capability: tuple[int, int] | None = None
@@ -80,16 +85,71 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+#: Whether a run may measure on MPS. False until the harness has an MPS recorder
+#: (``measure.py``/``sampling.py``/``timing.py`` know CUDA and the CPU only: they
+#: would place the tensors on the CPU and time that); :func:`detect` refuses
+#: ``mps`` meanwhile.
+MPS_MEASURABLE = False
+
+NO_MPS = "no MPS device: needs Apple silicon with PyTorch's MPS backend"
+
+
+def mps_available() -> bool:
+    """PyTorch's MPS backend is built and sees a Metal device (Apple silicon, macOS)."""
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+def _apple_chip() -> str:
+    """The chip's marketing name (``Apple M2 Max``) from sysctl, else the machine type."""
+    try:
+        proc = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
+                              capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        proc = None
+    name = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
+    return name or platform.machine() or "Apple GPU"
+
+
+def mps_info() -> DeviceInfo:
+    """The MPS device (Apple's GPU through PyTorch), or a one-line error where there is none."""
+    if not mps_available():
+        raise MatprobeError(NO_MPS)
+    import torch
+
+    versions = _versions()
+    versions["macos"] = platform.mac_ver()[0]
+    recommended = getattr(torch.mps, "recommended_max_memory", None)
+    return DeviceInfo(
+        kind="mps",
+        name=f"{_apple_chip()} (MPS)",
+        memory_bytes=int(recommended()) if callable(recommended) else 0,
+        versions=versions,
+    )
+
+
 def detect(kind: str | None = None, index: int = 0) -> DeviceInfo:
-    """The device to run on: ``kind`` "cuda", "cpu", or None for the GPU if any."""
+    """The device to run on: ``kind`` "cuda", "cpu", "mps", or None for the CUDA GPU
+    if any, else the CPU (never MPS unasked)."""
     if kind is None:
         kind = "cuda" if cuda_available() else "cpu"
+    if kind == "mps":
+        info = mps_info()
+        if not MPS_MEASURABLE:
+            raise MatprobeError(
+                f"--device mps: {info.name} found, but matprobe cannot time on MPS yet "
+                "(the harness has CUDA and CPU recorders only)")
+        return info
     versions = _versions()
     if kind == "cpu":
         return DeviceInfo(kind="cpu", name=platform.processor() or platform.machine(),
                           versions=versions)
     if kind != "cuda":
-        raise MatprobeError(f"unknown device {kind!r}; use cuda or cpu")
+        raise MatprobeError(f"unknown device {kind!r}; use cuda, cpu or mps")
     if not cuda_available():
         raise MatprobeError("--device cuda asked for, but torch sees no CUDA GPU")
     import torch

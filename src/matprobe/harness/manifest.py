@@ -2,6 +2,8 @@
 
 ::
 
+    plugins = ["mykernels"]          # the user's family modules (each exposes FAMILIES)
+
     [baseline]                       # op kind → family name or variant id
     matmul = "torch.matmul"
 
@@ -13,6 +15,11 @@
 A default manifest ships in the package (``data/manifest.toml``). Any key the
 schema does not know is an error naming the key, so a typo never silently
 runs the default grid.
+
+``plugins`` add the user's own families to the registry before the rest is
+read, so ``families`` and ``baseline`` may name them:
+:func:`load_manifest_and_registry` reads the file, builds the registry with
+its plugins (and the command line's) and then checks the tables against it.
 """
 
 from __future__ import annotations
@@ -26,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.variants import Registry, Variant, VariantLookupError
+from matprobe.harness.variants import (
+    SHIPPED_FACTORY,
+    Registry,
+    Variant,
+    VariantLookupError,
+    registry_with_plugins,
+)
 from matprobe.spec import OP_KINDS
 
 if sys.version_info >= (3, 11):
@@ -35,6 +48,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 _FAMILY_KEYS = {"enabled", "grid", "exclude"}
+_TOP_KEYS = ("families", "baseline", "plugins")
 
 
 class ManifestError(MatprobeError):
@@ -53,6 +67,8 @@ class Manifest:
     source: str
     families: Mapping[str, FamilyConfig] = field(default_factory=dict)
     baselines: Mapping[str, str] = field(default_factory=dict)
+    #: the user's family modules the manifest asks for (``plugins = [...]``)
+    plugins: tuple[str, ...] = ()
 
     def variants(self, registry: Registry, patterns: Sequence[str] | None = None) -> list[Variant]:
         """Every enabled variant, optionally only those whose id or family name
@@ -90,10 +106,21 @@ def _fail(source: str, key: str, problem: str) -> ManifestError:
     return ManifestError(f"{source}: {key}: {problem}")
 
 
+def manifest_plugins(data: Mapping[str, Any], source: str) -> tuple[str, ...]:
+    """The ``plugins`` list of a parsed manifest: module names, checked."""
+    raw = data.get("plugins", [])
+    if not isinstance(raw, list) or not all(isinstance(v, str) and v for v in raw):
+        raise _fail(source, "plugins", 'must be a list of module names (["mykernels"])')
+    return tuple(dict.fromkeys(raw))
+
+
 def parse_manifest(data: Mapping[str, Any], source: str, registry: Registry) -> Manifest:
-    unknown = set(data) - {"families", "baseline"}
+    """Check a manifest's tables against ``registry`` (which must already hold the
+    manifest's plugins' families: see :func:`load_manifest_and_registry`)."""
+    unknown = set(data) - set(_TOP_KEYS)
     if unknown:
-        raise _fail(source, sorted(unknown)[0], "unknown key (known: families, baseline)")
+        raise _fail(source, sorted(unknown)[0], f"unknown key (known: {', '.join(_TOP_KEYS)})")
+    plugins = manifest_plugins(data, source)
     families: dict[str, FamilyConfig] = {}
     raw_families = data.get("families", {})
     if not isinstance(raw_families, dict):
@@ -149,11 +176,12 @@ def parse_manifest(data: Mapping[str, Any], source: str, registry: Registry) -> 
         except VariantLookupError as exc:
             raise _fail(source, f"baseline.{op}", str(exc)) from None
         baselines[op] = target
-    return Manifest(source, families, baselines)
+    return Manifest(source, families, baselines, plugins)
 
 
-def load_manifest(path: str | Path | None, registry: Registry) -> Manifest:
-    """Read a manifest file, or the shipped default when ``path`` is None."""
+def read_manifest(path: str | Path | None) -> tuple[dict[str, Any], str]:
+    """A manifest file's TOML data and its name for messages (the shipped default
+    when ``path`` is None); nothing checked yet beyond the TOML syntax."""
     if path is None:
         ref = resources.files("matprobe") / "data" / "manifest.toml"
         text, source = ref.read_text(encoding="utf-8"), "default manifest"
@@ -166,4 +194,25 @@ def load_manifest(path: str | Path | None, registry: Registry) -> Manifest:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError(f"{source}: not valid TOML: {exc}") from None
+    return data, source
+
+
+def load_manifest(path: str | Path | None, registry: Registry) -> Manifest:
+    """Read a manifest file, or the shipped default when ``path`` is None, and
+    check it against ``registry`` (its plugins are not loaded: see
+    :func:`load_manifest_and_registry`)."""
+    data, source = read_manifest(path)
     return parse_manifest(data, source, registry)
+
+
+def load_manifest_and_registry(
+    path: str | Path | None,
+    plugins: Sequence[str] = (),
+    factory: str = SHIPPED_FACTORY,
+) -> tuple[Manifest, Registry]:
+    """The manifest and the registry it selects from: the factory's families, then
+    those of ``plugins`` (the command line's) and of the manifest's ``plugins``."""
+    data, source = read_manifest(path)
+    wanted = [*plugins, *manifest_plugins(data, source)]
+    registry = registry_with_plugins(factory, wanted)
+    return parse_manifest(data, source, registry), registry

@@ -32,6 +32,7 @@ from matprobe.harness.per_token import per_token_weights
 from matprobe.harness.results import PairResult, Ratio, Status
 from matprobe.harness.runner import PairState, Plan, RunOutcome
 from matprobe.harness.timing import TimingPolicy
+from matprobe.harness.variants import Variant
 from matprobe.spec import MatmulSpec
 
 #: host round trip at least this many times the device time: launch-bound
@@ -325,6 +326,40 @@ def ceiling_note(report: Report) -> str:
             f"ceiling of {read:.0f} GB/s. The measured ceiling is below what the kernel "
             f"achieved, so the roofline (%read) is suspect: L2 hits (inputs not cold), a "
             f"wrong byte count, or a ceiling kernel that does not saturate memory")
+
+
+#: Said in every report where a variant that launches early runs or was cached
+#: (``VariantFamily.early_launch_param``: ``pdl`` in the shipped families); ``{which}``
+#: names those variants' tags (``pdl1``): what their device clock includes.
+EARLY_LAUNCH_NOTE = (
+    "{which} variants launch early, with programmatic dependent launch (Hopper+): each call "
+    "may read its weights before the kernel that writes its input has finished. Their device "
+    "clock, like every row's, times each call after a different producer kernel that does not "
+    "trigger dependents early (as an engine's elementwise kernels), never back to back with "
+    "itself, so the figure holds in a decode token; every {which} variant also passed a chain "
+    "of 24 dependent calls."
+)
+
+
+def early_launchers(plan: Plan) -> list[Variant]:
+    """The variants of pairs that run (or were cached) and launch early, once each."""
+    found: dict[str, Variant] = {}
+    for pair in plan.pairs:
+        if pair.state is not PairState.UNSUPPORTED and pair.variant.launches_early:
+            found.setdefault(pair.variant.id, pair.variant)
+    return list(found.values())
+
+
+def early_launch_note(plan: Plan) -> str:
+    """:data:`EARLY_LAUNCH_NOTE` for the plan's early launchers, or "" when there are none."""
+    variants = early_launchers(plan)
+    if not variants:
+        return ""
+    tags = []
+    for variant in variants:
+        param = variant.family.early_launch_param
+        tags.append(f"{param}{variant.param_dict.get(param or '')}")
+    return EARLY_LAUNCH_NOTE.format(which="/".join(sorted(set(tags))))
 
 
 # ---- escaping ------------------------------------------------------------------------

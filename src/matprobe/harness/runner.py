@@ -33,7 +33,7 @@ from matprobe.harness.device import DeviceInfo
 from matprobe.harness.results import PairResult, Status
 from matprobe.harness.store import ResultKey, ResultStore
 from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import Variant
+from matprobe.harness.variants import SHIPPED_FACTORY, Variant
 from matprobe.harness.worker import Task, run_tasks
 from matprobe.spec import MatmulSpec
 
@@ -197,7 +197,8 @@ def execute(
     policy: TimingPolicy,
     *,
     run_id: int,
-    factory: str = "matprobe.harness.variants:builtin_registry",
+    factory: str = SHIPPED_FACTORY,
+    plugins: Sequence[str] = (),
     timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Progress | None = None,
     runner: Callable[..., None] = run_tasks,
@@ -207,7 +208,8 @@ def execute(
 
     ``baselines`` (op kind → the baseline variant) are timed interleaved with every
     candidate of a spec of that op, in the candidate's worker, where they support
-    the spec."""
+    the spec. The workers rebuild the registry from ``factory`` and ``plugins``
+    (the user's family modules), which must give the plan's families."""
     outcome = RunOutcome(run_id=run_id, plan=plan)
     started = time.monotonic()
     for pair in plan.of(PairState.CACHED):
@@ -235,8 +237,9 @@ def execute(
 
     try:
         for tasks in by_family.values():
-            runner(tasks, factory=factory, device=device, policy=policy, run_id=run_id,
-                   timeout_s=timeout_s, on_start=on_start, on_result=on_result)
+            runner(tasks, factory=factory, plugins=tuple(plugins), device=device,
+                   policy=policy, run_id=run_id, timeout_s=timeout_s, on_start=on_start,
+                   on_result=on_result)
     except KeyboardInterrupt:
         outcome.interrupted = True
     finally:

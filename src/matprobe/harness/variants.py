@@ -3,9 +3,14 @@
 A *family* is one kernel implementation with knobs (``triton.gemv_nt``); a
 *variant* is the family at one point of its grid (``triton.gemv_nt/bn64_bk128_w4``).
 The decorator only builds a frozen :class:`VariantFamily`; nothing is
-registered behind the user's back — a :class:`Registry` is filled explicitly
-(``builtin_registry()`` lists the shipped families), so tests can build their
-own registry of fake and cheating kernels.
+registered behind the user's back — a :class:`Registry` is filled explicitly,
+so tests can build their own registry of fake and cheating kernels. Which
+families matprobe ships is the families' own business
+(``matprobe.variants.catalogue``); this module never imports one. A run names
+its registry by a factory string (:data:`SHIPPED_FACTORY`) resolved where it is
+needed — in the worker processes too — plus the user's *plugins*: modules
+exposing ``FAMILIES`` as the shipped family modules do
+(:func:`registry_with_plugins`).
 
 Capability checks are pure predicates returning ``None`` (supported) or the
 reason it is not, so the plan can say *why* a pair is skipped.
@@ -15,12 +20,15 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib
 import importlib.util
 import inspect
 import itertools
 import json
+import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from matprobe.errors import MatprobeError
@@ -30,6 +38,13 @@ from matprobe.spec import MatmulSpec
 if TYPE_CHECKING:
     from matprobe.harness.device import DeviceInfo
     from matprobe.harness.inputs import MatmulInputs
+
+#: The registry of the families matprobe ships, as a factory string
+#: (``module:function``): resolved by :func:`resolve_factory`, never imported here.
+SHIPPED_FACTORY = "matprobe.variants.catalogue:shipped_registry"
+
+#: ``VariantFamily.origin`` of the families matprobe ships.
+SHIPPED_ORIGIN = "matprobe"
 
 
 class KernelFn(Protocol):
@@ -49,6 +64,10 @@ Supports = Callable[[MatmulSpec, Mapping[str, Any], "DeviceInfo"], "str | None"]
 
 class VariantLookupError(MatprobeError, LookupError):
     """A family or variant name that is not registered; the message names the known ones."""
+
+
+#: ``variant_family(early_launch_param=...)`` left out: a ``pdl`` grid parameter means it.
+_INFER = "\0infer"
 
 
 def _always(_spec: MatmulSpec, _params: Mapping[str, Any], _device: DeviceInfo) -> str | None:
@@ -100,6 +119,16 @@ class VariantFamily:
     interpreted_on_cpu: bool = False
     description: str = ""
     source_fingerprint: str = ""
+    #: the grid parameter that, when truthy, makes a variant launch early
+    #: (programmatic dependent launch): see :attr:`Variant.launches_early`
+    early_launch_param: str | None = None
+    #: who wrote the family: "matprobe", or the plugin module that brought it
+    origin: str = SHIPPED_ORIGIN
+
+    @property
+    def is_plugin(self) -> bool:
+        """The user's own family (from a plugin module), not one matprobe ships."""
+        return self.origin != SHIPPED_ORIGIN
 
     def variants(self, grid: Mapping[str, Sequence[Any]] | None = None) -> list[Variant]:
         """One variant per point of the grid (the family's own unless overridden)."""
@@ -137,10 +166,12 @@ class Variant:
 
     @property
     def launches_early(self) -> bool:
-        """Launched with programmatic dependent launch (a truthy ``pdl`` parameter):
-        it may start before the kernel that writes its input has finished, so the
-        harness checks it in a chain of dependent calls."""
-        return bool(self.param_dict.get("pdl"))
+        """Launched early (programmatic dependent launch: a truthy value of the
+        family's :attr:`~VariantFamily.early_launch_param`, ``pdl`` in the shipped
+        families): it may start before the kernel that writes its input has
+        finished, so the harness checks it in a chain of dependent calls."""
+        param = self.family.early_launch_param
+        return param is not None and bool(self.param_dict.get(param))
 
     @property
     def fingerprint(self) -> str:
@@ -187,8 +218,15 @@ def variant_family(
     interpreted_on_cpu: bool = False,
     sources: Sequence[Any] = (),
     description: str = "",
+    early_launch_param: str | None = _INFER,
 ) -> Callable[[Builder], VariantFamily]:
     """Decorate a builder ``(spec, params, device) -> KernelFn`` into a family.
+
+    ``early_launch_param`` names the grid parameter that, when truthy, launches
+    the kernel early (programmatic dependent launch); such variants are checked
+    in a chain of dependent calls and the report explains their figures. Left
+    out, a grid parameter named ``pdl`` is taken to mean it (the safe reading:
+    an extra check, never a missing one); ``None`` says no parameter does.
 
     The family's fingerprint hashes the whole module that defines ``build`` and
     every module of its package directory that it imports (found by parsing,
@@ -199,6 +237,13 @@ def variant_family(
     the package directory).
     """
 
+    grid_params = {key: tuple(values) for key, values in (grid or {}).items()}
+    if early_launch_param == _INFER:
+        early_launch_param = "pdl" if "pdl" in grid_params else None
+    elif early_launch_param is not None and early_launch_param not in grid_params:
+        raise MatprobeError(f"{name}: early_launch_param {early_launch_param!r} is not a grid "
+                            f"parameter (grid: {', '.join(grid_params) or 'none'})")
+
     def wrap(build: Builder) -> VariantFamily:
         return VariantFamily(
             name=name,
@@ -206,7 +251,7 @@ def variant_family(
             devices=frozenset(devices),
             build=build,
             supports=supports,
-            grid={key: tuple(values) for key, values in (grid or {}).items()},
+            grid=grid_params,
             dtypes=frozenset(dtypes),
             baseline=baseline,
             peer=peer,
@@ -214,6 +259,7 @@ def variant_family(
             interpreted_on_cpu=interpreted_on_cpu,
             description=description or (inspect.getdoc(build) or "").split("\n")[0],
             source_fingerprint=_family_fingerprint(build, supports, sources),
+            early_launch_param=early_launch_param,
         )
 
     return wrap
@@ -267,21 +313,94 @@ class Registry:
         raise _unknown("variant", variant_id, (v.id for v in family.variants()))
 
 
-def builtin_registry() -> Registry:
-    """The families matprobe ships. Each module lists its own; nothing is imported
-    that the machine cannot run (a missing torch/triton is a capability reason)."""
-    from matprobe.variants import (
-        numpy_ref,
-        torch_compile,
-        torch_ref,
-        triton_attention,
-        triton_gemm,
-        triton_gemv,
-        triton_gemv_stream,
-        triton_gemv_tn,
-        triton_splitk,
-    )
+def resolve_factory(factory: str) -> Registry:
+    """``"package.module:function"`` → the Registry that function returns (or the
+    Registry object the module holds under that name; ``registry`` by default)."""
+    module_name, _, attr = factory.partition(":")
+    module = importlib.import_module(module_name)
+    found = getattr(module, attr or "registry")
+    registry = found() if callable(found) else found
+    if not isinstance(registry, Registry):
+        raise MatprobeError(f"registry factory {factory!r} gave a {type(registry).__name__}, "
+                            "not a Registry")
+    return registry
 
-    modules = (torch_ref, numpy_ref, torch_compile, triton_gemv, triton_gemv_stream,
-               triton_splitk, triton_gemv_tn, triton_attention, triton_gemm)
-    return Registry([family for module in modules for family in module.FAMILIES])
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _importable_from_cwd() -> None:
+    """A plugin may live in the current directory (a kernel engineer's own repo),
+    as ``python -m`` would find it."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    importlib.invalidate_caches()  # a module written since the last import looked
+
+
+def plugin_families(module_name: str) -> tuple[VariantFamily, ...]:
+    """The families a plugin module exposes as ``FAMILIES`` (as matprobe's own
+    family modules do), each marked as that module's (``origin``). Every problem
+    is one :class:`MatprobeError` line that names the module."""
+    where = f"plugin {module_name!r}"
+    hint = ""
+    if module_name.endswith(".py"):  # a file name given for the module's
+        hint = f"; did you mean {module_name[:-3].replace('/', '.')!r}?"
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise MatprobeError(f"{where}: not a module name (a dotted Python name importable "
+                            f"from the current directory or sys.path){hint}")
+    _importable_from_cwd()
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name
+                                     or module_name.startswith(exc.name + ".")):
+            raise MatprobeError(f"{where}: no module named {module_name!r} in the current "
+                                f"directory ({os.getcwd()}) or on sys.path{hint}") from None
+        raise MatprobeError(f"{where}: cannot import: {_first_line(exc)}") from None
+    except Exception as exc:  # anything a user's module may raise on import
+        raise MatprobeError(f"{where}: cannot import: {_first_line(exc)}") from None
+    families = getattr(module, "FAMILIES", None)
+    if families is None:
+        raise MatprobeError(f"{where}: defines no FAMILIES (a tuple of families made with "
+                            "matprobe.harness.variants.variant_family)")
+    if isinstance(families, VariantFamily):
+        families = (families,)
+    if isinstance(families, (str, bytes)) or not isinstance(families, Iterable):
+        raise MatprobeError(f"{where}: FAMILIES must be a tuple of VariantFamily, "
+                            f"not a {type(families).__name__}")
+    found = tuple(families)
+    for index, family in enumerate(found):
+        if not isinstance(family, VariantFamily):
+            raise MatprobeError(f"{where}: FAMILIES[{index}] is a {type(family).__name__}, "
+                                "not a VariantFamily (decorate the builder with "
+                                "@variant_family)")
+    if not found:
+        raise MatprobeError(f"{where}: FAMILIES is empty")
+    return tuple(replace(family, origin=module_name) for family in found)
+
+
+def with_plugins(registry: Registry, plugins: Iterable[str]) -> Registry:
+    """A new registry: ``registry``'s families, then each plugin's, in order. A
+    plugin family whose name is taken (by a shipped family or an earlier
+    plugin's) is an error that names both."""
+    combined = Registry(registry.families())
+    for module_name in dict.fromkeys(plugins):  # once each, in the order given
+        for family in plugin_families(module_name):
+            if family.name in combined:
+                taken = combined.family(family.name).origin
+                by = "a family matprobe ships" if taken == SHIPPED_ORIGIN else f"plugin {taken!r}"
+                raise MatprobeError(f"plugin {module_name!r}: family {family.name!r} is already "
+                                    f"registered by {by}; rename it")
+            combined.add(family)
+    return combined
+
+
+def registry_with_plugins(factory: str = SHIPPED_FACTORY, plugins: Iterable[str] = ()) -> Registry:
+    """The registry of a run: the factory's families plus the plugins'. Built the
+    same way in the parent and in every worker process, from the same factory
+    string and plugin list, so a variant id means the same family on both sides."""
+    return with_plugins(resolve_factory(factory), plugins)

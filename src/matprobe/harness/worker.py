@@ -6,11 +6,14 @@ process. The parent stores every result the moment it arrives; when the
 worker dies or a pair outlives its timeout, that pair is recorded as a crash
 or a timeout, the worker is replaced, and the family goes on with the pairs
 that are left.
+
+A worker rebuilds the run's registry from what it is sent — the factory
+string and the plugin module names (:func:`~matprobe.harness.variants.registry_with_plugins`,
+the same call the parent made) — and imports no family module by itself.
 """
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing
 import os
 import signal
@@ -30,7 +33,7 @@ from matprobe.harness.measure import (
 )
 from matprobe.harness.results import ErrorKind, PairResult
 from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import Registry, Variant
+from matprobe.harness.variants import SHIPPED_FACTORY, Registry, Variant, registry_with_plugins
 from matprobe.spec import MatmulSpec
 
 #: Seconds a fresh worker may take to import torch/triton before its first pair.
@@ -54,17 +57,15 @@ def _ref(variant: Variant | None) -> VariantRef | None:
     return None if variant is None else (variant.family.name, variant.params)
 
 
-def load_registry(factory: str) -> Registry:
-    """``"package.module:function"`` → the Registry that function returns."""
-    module_name, _, attr = factory.partition(":")
-    module = importlib.import_module(module_name)
-    registry = getattr(module, attr or "registry")
-    return registry() if callable(registry) else registry  # type: ignore[no-any-return]
+def load_registry(factory: str = SHIPPED_FACTORY, plugins: Sequence[str] = ()) -> Registry:
+    """``"package.module:function"`` (and the plugin modules) → the run's Registry."""
+    return registry_with_plugins(factory, plugins)
 
 
 def _worker_main(
     conn: Connection,
     factory: str,
+    plugins: tuple[str, ...],
     device: dict[str, Any],
     policy: dict[str, Any],
     run_id: int | None,
@@ -76,7 +77,9 @@ def _worker_main(
         # Triton reads this when it is first imported: no GPU, so interpret kernels.
         os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
-        registry = load_registry(factory)
+        # A plugin found in the parent's current directory is found here too
+        # (registry_with_plugins puts the working directory on sys.path).
+        registry = load_registry(factory, plugins)
         info = DeviceInfo(**{**device, "capability": tuple(device["capability"])
                              if device.get("capability") else None})
         ctx = PairContext(info, TimingPolicy(**policy), run_id)
@@ -109,7 +112,8 @@ OnResult = Callable[[Task, PairResult], None]
 def run_tasks(
     tasks: Sequence[Task],
     *,
-    factory: str,
+    factory: str = SHIPPED_FACTORY,
+    plugins: Sequence[str] = (),
     device: DeviceInfo,
     policy: TimingPolicy,
     run_id: int | None,
@@ -118,7 +122,8 @@ def run_tasks(
     on_result: OnResult,
 ) -> None:
     """Run ``tasks`` (one family's) in worker processes; every task ends in exactly
-    one ``on_result`` call, whatever happens to the workers."""
+    one ``on_result`` call, whatever happens to the workers. Each worker builds
+    its registry from ``factory`` and ``plugins``, as the parent built its own."""
     ctx = PairContext(device, policy, run_id)
     mp = multiprocessing.get_context("spawn")
     remaining = {task.index: task for task in tasks}
@@ -137,7 +142,8 @@ def run_tasks(
         ]
         proc = mp.Process(
             target=_worker_main,
-            args=(child_conn, factory, device_data, policy_data, run_id, payload),
+            args=(child_conn, factory, tuple(plugins), device_data, policy_data, run_id,
+                  payload),
             daemon=True,
         )
         proc.start()

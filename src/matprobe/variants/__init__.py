@@ -1,1 +1,1 @@
-"""The kernel variant families matprobe ships (see ``harness.variants.builtin_registry``)."""
+"""The kernel variant families matprobe ships; ``catalogue.shipped_registry()`` lists them."""

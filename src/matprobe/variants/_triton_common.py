@@ -8,7 +8,6 @@ Importing this module imports neither triton nor torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from matprobe.errors import MatprobeError
@@ -18,11 +17,6 @@ if TYPE_CHECKING:
 
     from matprobe.harness.device import DeviceInfo
     from matprobe.harness.inputs import MatmulInputs
-
-#: The shared ``epilogue_store`` kernel helper's text, for the fingerprints of
-#: the families whose kernels call it (read, not imported: no triton here).
-EPILOGUE_SOURCE: str = (Path(__file__).with_name("_triton_epilogue.py")
-                        .read_text(encoding="utf-8"))
 
 #: Beyond this many weight elements (batch·n·k) the interpreter takes minutes.
 INTERPRETER_MAX_ELEMENTS = 2**22

@@ -2,7 +2,8 @@
 
 ``out = alpha·acc + beta·C0 + bias`` in fp32 (the order
 ``matprobe.harness.inputs.reference`` documents), one cast on store. Its text
-is part of each using family's fingerprint (``_triton_common.EPILOGUE_SOURCE``).
+is part of each using family's fingerprint (the kernels import it; see
+``matprobe.harness.fingerprint``).
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]

@@ -25,7 +25,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
 @variant_family(
     name="torch.matmul",
     ops=("matmul", "matmul_bias_add", "matmul_alpha_beta"),
-    devices=("cuda", "cpu"),
+    devices=("cuda", "cpu", "mps"),
     supports=_supports,
     baseline=True,
     peer=True,

@@ -141,6 +141,7 @@ def _pdl_unsupported(spec: MatmulSpec, device: DeviceInfo) -> str | None:
     # H100 sweep (BENCHMARKS.md): bn64 never won; bk1024 (no split) wins at L ≥ 130.
     # pdl=1 applies to the QKV projection only (see _pdl_unsupported).
     grid={"bn": (16, 32), "bk": (64, 1024), "w": (4,), "pdl": (0, 1)},
+    early_launch_param="pdl",  # pdl=1: programmatic dependent launch
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,

@@ -106,6 +106,7 @@ def _pdl_unsupported(spec: MatmulSpec, bk: int, device: DeviceInfo) -> str | Non
     # pdl=1, 8 rows (fewer programs to schedule) for gate_up; bk=8192 holds
     # the down projection's K (4864) whole, which pdl=1 needs.
     grid={"bn": (1, 2, 8), "bk": (1024, 8192), "w": (4, 8), "pdl": (0, 1)},
+    early_launch_param="pdl",  # pdl=1: programmatic dependent launch
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,

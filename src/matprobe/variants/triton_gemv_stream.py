@@ -112,12 +112,10 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     # pf=1 (L2 prefetch) lost on every shape (gate_up 7.1 → 8.4 µs, the LM head
     # 3.5× slower: its 272 MB evict each other from L2), so it is off by default.
     grid={"bn": (2, 8), "p": (2, 4), "w": (8,), "pdl": (0, 1), "pf": (0,)},
+    early_launch_param="pdl",  # pdl=1: programmatic dependent launch
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,
-    # Redundant with the module hashing (the kernels import _triton_epilogue);
-    # kept while tests/test_triton_families.py looks for it here.
-    sources=(common.EPILOGUE_SOURCE,),
 )
 def GEMV_STREAM(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo

@@ -312,9 +312,6 @@ class SplitKGemv:
     dtypes=("f32", "f16", "bf16"),
     requires=("triton", "torch"),
     interpreted_on_cpu=True,
-    # Redundant with the module hashing (the kernels import _triton_epilogue);
-    # kept while tests/test_triton_families.py looks for it here.
-    sources=(common.EPILOGUE_SOURCE,),
 )
 def GEMV_SPLITK(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo

@@ -1,0 +1,248 @@
+"""One run of the harness, from chosen specs to a report — without a command line.
+
+:class:`RunSession` does what ``matprobe run`` does between parsing its
+options and printing: build the registry (the shipped families and the
+user's plugins) and read the manifest, select the variants, detect the
+device, thin the interpreted grids on the CPU, measure the device's peaks on
+CUDA, open the store, record the run, plan, execute with the baselines, note
+the GPU clocks before and after, and build the report with its notes. It
+takes plain values (:class:`RunOptions`), so any command — ``run`` today, a
+per-token command tomorrow — gets the same run; printing and writing the
+report stay with the caller.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from matprobe.errors import MatprobeError
+from matprobe.harness.device import DeviceInfo, detect
+from matprobe.harness.manifest import Manifest, load_manifest_and_registry
+from matprobe.harness.report import Report, build_report, early_launch_note
+from matprobe.harness.runner import (
+    DEFAULT_TIMEOUT_S,
+    PairState,
+    Plan,
+    Progress,
+    RunOutcome,
+    execute,
+    make_plan,
+)
+from matprobe.harness.store import ResultStore, default_store_path
+from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
+from matprobe.harness.variants import SHIPPED_FACTORY, Registry, Variant
+from matprobe.spec import MatmulSpec
+
+CPU_NOTE = (
+    "CPU run: times are wall-clock on this CPU; Triton variants run in the interpreter and "
+    "are validated, not timed"
+)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a run is asked to do; every field has the command line's default."""
+
+    #: glob patterns over variant ids and family names; empty: the manifest's enabled
+    #: variants (and, on the CPU, one grid point per interpreted family)
+    variants: tuple[str, ...] = ()
+    #: "cuda" or "cpu"; None: cuda where there is one
+    device: str | None = None
+    #: a manifest file; None: the shipped default
+    manifest: str | Path | None = None
+    #: the user's family modules (each exposes ``FAMILIES``), besides the manifest's
+    plugins: tuple[str, ...] = ()
+    #: the registry's factory string, resolved here and in every worker
+    factory: str = SHIPPED_FACTORY
+    #: the result store; None: $MATPROBE_DB or the user's cache
+    db: str | Path | None = None
+    force: bool = False
+    kernel_clock: bool = False
+    trials: int = 3
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    #: recorded with the run in the store
+    command: str = "matprobe run"
+
+
+@dataclass
+class RunResult:
+    report: Report
+    plan: Plan
+    outcome: RunOutcome
+
+    @property
+    def interrupted(self) -> bool:
+        return self.outcome.interrupted
+
+
+def baseline_variant(target: str | None, registry: Registry) -> Variant | None:
+    """The variant a baseline names: a variant id, or a family (its first grid point)."""
+    if target is None:
+        return None
+    if "/" in target:
+        return registry.variant(target)
+    return registry.family(target).variants()[0]
+
+
+def one_point_per_interpreted_family(variants: Sequence[Variant]) -> tuple[list[Variant], int]:
+    """On the CPU a Triton family runs in the interpreter, where a grid point is
+    a correctness check, not a speed figure: one point per family keeps the
+    default run to minutes. Returns the kept variants and how many were dropped."""
+    kept: list[Variant] = []
+    seen: set[str] = set()
+    for variant in variants:
+        family = variant.family
+        if family.interpreted_on_cpu:
+            if family.name in seen:
+                continue
+            seen.add(family.name)
+        kept.append(variant)
+    return kept, len(variants) - len(kept)
+
+
+def measure_peaks(device: DeviceInfo, store: ResultStore) -> dict[str, Any] | None:
+    """The device's bandwidth ceilings, measured at the start of every CUDA run and
+    never reused from an earlier one (clocks, the driver, even the card behind a
+    device name change between runs). The latest also goes to the store's device
+    info, for history. None on the CPU."""
+    if device.kind != "cuda":
+        return None
+    from matprobe.harness.peaks import measure_peaks_cuda
+
+    peaks = measure_peaks_cuda()
+    store.put_device_info(
+        device.fingerprint, {**peaks, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()}
+    )
+    return peaks
+
+
+def clock_note(before: dict[str, str], after: dict[str, str]) -> str:
+    """The SM clock before and after a CUDA run and any throttling, or "" when
+    nvidia-smi said nothing."""
+    if not before and not after:
+        return ""
+    held = sorted(set(throttling(before) + throttling(after)))
+    sm = "clocks.sm"
+    return (
+        f"SM clock {before.get(sm, '?')} before, {after.get(sm, '?')} after (max "
+        f"{after.get('clocks.max.sm', '?')}); "
+        + (f"WARNING: throttled ({', '.join(held)})" if held else "no throttling")
+    )
+
+
+class RunSession:
+    """The registry, manifest and variants of a run, then :meth:`run` over specs.
+
+    Building one already reports the user's mistakes (a bad manifest, a plugin
+    that does not import, patterns that match nothing) as :class:`MatprobeError`.
+    ``stream`` gets the plan line and the progress (default: stderr)."""
+
+    def __init__(self, options: RunOptions | None = None, *, stream: TextIO | None = None) -> None:
+        self.options = options if options is not None else RunOptions()
+        self.stream = stream if stream is not None else sys.stderr
+        self.manifest: Manifest
+        self.manifest, self.registry = load_manifest_and_registry(
+            self.options.manifest, self.options.plugins, self.options.factory
+        )
+        #: every plugin the registry holds: the options' then the manifest's
+        self.plugins = tuple(dict.fromkeys([*self.options.plugins, *self.manifest.plugins]))
+        patterns = list(self.options.variants) or None
+        self.variants = self.manifest.variants(self.registry, patterns)
+        if not self.variants:
+            raise MatprobeError(
+                f"no variant matches {' '.join(self.options.variants)!r}; "
+                f"known families: {', '.join(self.registry.names())}"
+            )
+
+    def run(
+        self, specs: Sequence[MatmulSpec], *, source: str = "", tokens: int | None = None
+    ) -> RunResult:
+        """Validate and time every selected variant on ``specs`` (reusing the store's
+        results), store what is new and build the report. ``source`` names where the
+        specs come from; ``tokens`` is the profiled run's token count, if known."""
+        options = self.options
+        if not specs:
+            raise MatprobeError("no specs to run")
+        device = detect(options.device)
+        variants, notes = self.variants, []
+        if device.kind == "cpu" and not options.variants:
+            variants, dropped = one_point_per_interpreted_family(variants)
+            if dropped:
+                notes.append(
+                    f"CPU: Triton families are validated in the interpreter at one "
+                    f"grid point each ({dropped} other points skipped; name them "
+                    f"with --variants)"
+                )
+        policy = TimingPolicy(kernel_clock=options.kernel_clock, trials=options.trials)
+        baselines = {
+            op: self.manifest.baseline_for(op, self.registry) for op in {s.kind for s in specs}
+        }
+        with ResultStore(options.db or default_store_path()) as store:
+            environment: dict[str, Any] = {"device": device.to_dict(), "source": source}
+            if self.plugins:
+                environment["plugins"] = list(self.plugins)
+            clocks_before = gpu_clock_state() if device.kind == "cuda" else {}
+            environment["gpu_clocks_before"] = clocks_before
+            peaks = measure_peaks(device, store)
+            if peaks is not None:
+                environment["peaks"] = peaks  # stored with the run they are the ceilings of
+            run_id = store.start_run(options.command, environment)
+            plan = make_plan(specs, variants, device, policy, store, force=options.force)
+            print(
+                f"matprobe: {source}: {len(specs)} specs × {len(variants)} variants on "
+                f"{device.name} ({device.kind}); {plan.summary()}",
+                file=self.stream,
+            )
+            progress = Progress(len(plan.of(PairState.RUN)), self.stream)
+            outcome = execute(
+                plan,
+                store,
+                device,
+                policy,
+                run_id=run_id,
+                factory=options.factory,
+                plugins=self.plugins,
+                timeout_s=options.timeout_s,
+                progress=progress,
+                baselines={
+                    op: baseline_variant(target, self.registry) for op, target in baselines.items()
+                },
+            )
+            store.finish_run(run_id, "interrupted" if outcome.interrupted else "done")
+        peers = {family.name for family in self.registry.families() if family.peer}
+        report = build_report(
+            plan,
+            outcome,
+            baselines=baselines,
+            device=device,
+            policy=policy,
+            peaks=peaks,
+            tokens=tokens,
+            source=source,
+            peers=peers,
+        )
+        if device.kind == "cuda" and (note := clock_note(clocks_before, gpu_clock_state())):
+            report.notes.append(note)
+        if note := early_launch_note(plan):
+            report.notes.append(note)
+        if device.kind == "cpu":
+            report.notes.append(CPU_NOTE)
+            report.notes.extend(notes)
+        return RunResult(report, plan, outcome)
+
+
+def run_specs(
+    specs: Sequence[MatmulSpec],
+    options: RunOptions | None = None,
+    *,
+    source: str = "",
+    tokens: int | None = None,
+    stream: TextIO | None = None,
+) -> RunResult:
+    """One :class:`RunSession` over ``specs``: see :meth:`RunSession.run`."""
+    return RunSession(options, stream=stream).run(specs, source=source, tokens=tokens)

@@ -1,0 +1,191 @@
+"""The package's shape, read from its source with ``ast`` (nothing is imported):
+
+* the harness never imports a family module — the catalogue of shipped
+  families belongs to ``matprobe.variants``, and the harness knows a registry
+  only as a factory string;
+* the module-level import graph of ``matprobe.*`` has no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "matprobe"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES: dict[str, Path] = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _top_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements that run when the module is imported: the body, and the
+    bodies of top-level ``if``/``try``/``with`` (not ``if TYPE_CHECKING:``, not
+    functions or classes' methods)."""
+    found: list[ast.stmt] = []
+    for node in body:
+        found.append(node)
+        if isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                found += _top_level(node.body)
+            found += _top_level(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody):
+                found += _top_level(block)
+            for handler in node.handlers:
+                found += _top_level(handler.body)
+        elif isinstance(node, (ast.With, ast.ClassDef)):
+            found += _top_level(node.body)
+    return found
+
+
+def _targets(node: ast.stmt, module: str) -> set[str]:
+    """The ``matprobe`` modules an import statement imports (``from p import n``
+    names module ``p.n`` when it is one, else ``p``)."""
+    names: set[str] = set()
+    if isinstance(node, ast.Import):
+        names = {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            here = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+            parts = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+            base = ".".join([*parts, base] if base else parts)
+        names = {
+            f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+            for alias in node.names
+        }
+    found = set()
+    for name in names:
+        while name and name not in MODULES:  # ``import matprobe.x.y`` of a non-module attr
+            name = name.rpartition(".")[0]
+        if name.startswith("matprobe") and name != module:
+            found.add(name)
+    return found
+
+
+def import_graph(*, module_level_only: bool) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        nodes = _top_level(tree.body) if module_level_only else list(ast.walk(tree))
+        graph[module] = set()
+        for node in nodes:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                graph[module] |= _targets(node, module)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (its modules, the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the DFS stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_graph_is_read() -> None:
+    """Guards the other tests against passing on an empty graph."""
+    graph = import_graph(module_level_only=True)
+    assert "matprobe.harness.session" in graph and "matprobe.variants.catalogue" in graph
+    assert "matprobe.harness.variants" in graph["matprobe.variants.catalogue"]
+    assert "matprobe.variants.triton_gemv" in graph["matprobe.variants.catalogue"]
+    assert "matprobe.harness.runner" in graph["matprobe.harness.session"]
+    everywhere = import_graph(module_level_only=False)
+    assert "matprobe.harness.session" in everywhere["matprobe.cli"]  # imported in cmd_run
+
+
+def test_the_harness_imports_no_family_module() -> None:
+    graph = import_graph(module_level_only=False)  # function-level imports included
+    offenders = {
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if module.startswith("matprobe.harness")
+        for target in targets
+        if target == "matprobe.variants" or target.startswith("matprobe.variants.")
+    }
+    assert not offenders
+    importers = {m for m, targets in graph.items() if "matprobe.variants.catalogue" in targets}
+    assert not {m for m in importers if m.startswith("matprobe.harness")}
+
+
+def test_the_module_level_import_graph_has_no_cycle() -> None:
+    cycle = _cycle(import_graph(module_level_only=True))
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_importing_the_harness_loads_no_family_module() -> None:
+    """The same at run time: every harness module imported, no family module loaded
+    (the registry is built from a factory string, where it is needed)."""
+    harness = sorted(m for m in MODULES if m.startswith("matprobe.harness."))
+    code = "\n".join(
+        [
+            "import importlib, sys",
+            f"for name in {harness!r}: importlib.import_module(name)",
+            "loaded = sorted(m for m in sys.modules if m.startswith('matprobe.variants'))",
+            "assert not loaded, loaded",
+        ]
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_catalogue_imports_without_torch_triton_or_mlx() -> None:
+    """Listing the shipped families needs none of the libraries they run on."""
+    code = "\n".join(
+        [
+            "import sys",
+            "for name in ('torch', 'triton', 'mlx', 'mlx.core'): sys.modules[name] = None",
+            "from matprobe.variants.catalogue import SHIPPED_MODULES, shipped_registry",
+            "registry = shipped_registry()",
+            "assert len(registry.names()) >= len(SHIPPED_MODULES), registry.names()",
+            "print(' '.join(SHIPPED_MODULES))",
+        ]
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    shipped = {
+        p.stem
+        for p in (PACKAGE / "variants").glob("*.py")
+        if not p.stem.startswith("_") and p.stem != "catalogue"
+    }
+    assert set(proc.stdout.split()) == shipped  # every family module is in the catalogue

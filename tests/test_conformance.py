@@ -1,0 +1,488 @@
+"""What every registered family must do, checked once for all of them.
+
+Parametrized over every family of the shipped registry (and, where it checks
+the checks, the test fake ``fake.exact``), so a new family is covered the day
+it is registered, without a test file of its own:
+
+1. its module imports without torch or triton, and lists and plans its
+   variants there: a missing library is a reason, never an ImportError;
+2. its fingerprint covers its code: every grid point has its own, and editing
+   any file of its module closure changes it;
+3. a spec it does not take (another op, an unknown dimension, another dtype,
+   another device) gets a reason, never an exception;
+4. on awkward shapes, for every op × dtype it supports, the first grid point
+   that takes the spec passes the harness's own validation (``validate_pair``:
+   NaN-poisoned outputs inside guard zones, the float64 reference);
+5. the harness catches its real kernel made to cheat: writing nothing, zeroing
+   its output, writing one element past it.
+
+The Triton families (``interpreted_on_cpu``) share one wrapper contract, checked
+here too: a build refuses what the family's predicate refuses, refuses a GPU
+while the interpreter is on, a spec too large for the interpreter is a CPU
+reason, and the built kernel names a wrong operand instead of launching on it.
+The interpreter is slow (~10 ms a program), so the shapes are small and each
+(family, spec) runs one grid point, twice.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import NOT_INTERPRETING, interpreting
+from matprobe.errors import MatprobeError
+from matprobe.harness.device import DeviceInfo
+from matprobe.harness.fingerprint import module_closure
+from matprobe.harness.measure import GuardBreachError, validate_pair
+from matprobe.harness.variants import KernelFn, Registry, Variant, VariantFamily, variant_family
+from matprobe.spec import DTYPES, OP_KINDS, MatmulSpec
+
+CPU = DeviceInfo(kind="cpu", name="test")
+GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)
+DEVICE_KINDS = ("cpu", "cuda", "mps")
+TRIALS = 2
+
+
+def shipped_registry() -> Registry:
+    """The families matprobe ships (the catalogue, or the harness's older list)."""
+    try:
+        from matprobe.variants.catalogue import shipped_registry as factory
+    except ImportError:
+        from matprobe.harness.variants import builtin_registry as factory
+    return factory()
+
+
+SHIPPED = shipped_registry().families()
+try:  # the fake needs torch; without it the shipped families' static checks still run
+    from fake_variants import fake_exact
+
+    FAKES = [fake_exact]
+except ImportError:
+    FAKES = []
+
+
+def by_name(families: list[VariantFamily]) -> Any:
+    return pytest.mark.parametrize("family", families, ids=[f.name for f in families])
+
+
+def home(family: VariantFamily) -> DeviceInfo:
+    """A device the family runs on: the CPU where it can."""
+    return CPU if "cpu" in family.devices else GPU
+
+
+# ---- 1. no torch, no triton ------------------------------------------------------------
+
+NO_GPU_STACK = """
+import json, sys
+sys.modules["torch"] = None
+sys.modules["triton"] = None
+import importlib
+from matprobe.harness.device import DeviceInfo
+from matprobe.spec import MatmulSpec
+
+found = {}
+for module_name, name, kind, op, dtype in json.loads(sys.argv[1]):
+    try:
+        module = importlib.import_module(module_name)
+        family = next(f for f in module.FAMILIES if f.name == name)
+        spec = MatmulSpec(op=op, m=1, n=53, k=40, tB=True, dtype=dtype)
+        device = DeviceInfo(kind=kind, name="x")
+        found[name] = [v.unsupported_reason(spec, device) for v in family.variants()]
+    except BaseException as exc:
+        found[name] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(found))
+"""
+
+
+@pytest.fixture(scope="module")
+def without_gpu_stack() -> dict[str, Any]:
+    """Per family: its variants' reasons in a process where torch and triton cannot be
+    imported, or the exception importing or planning it raised there."""
+    asks = [(f.build.__module__, f.name, home(f).kind, min(f.ops), min(f.dtypes)) for f in SHIPPED]
+    proc = subprocess.run([sys.executable, "-c", NO_GPU_STACK, json.dumps(asks)],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    found: dict[str, Any] = json.loads(proc.stdout)
+    return found
+
+
+@by_name(SHIPPED)
+def test_imports_and_plans_without_torch_or_triton(
+    family: VariantFamily, without_gpu_stack: dict[str, Any]
+) -> None:
+    """Listing and planning work on a machine without the GPU stack."""
+    reasons = without_gpu_stack[family.name]
+    assert isinstance(reasons, list), f"{family.build.__module__}: {reasons}"
+    assert len(reasons) == len(family.variants())
+    for reason in reasons:
+        assert reason and "not installed" in reason, reason
+
+
+# ---- 2. the fingerprint covers the code ------------------------------------------------
+
+
+@pytest.fixture
+def module_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str], dict[str, Path]]:
+    """Copies a module's closure (see ``harness.fingerprint``) to ``tmp_path`` and points
+    the loaded module's ``__file__`` at the copy: editing the copies edits the code a
+    family's fingerprint is taken from. Returns the copies by module name."""
+
+    def copy(module_name: str) -> dict[str, Path]:
+        module = sys.modules[module_name]
+        path = Path(module.__file__ or "")
+        copies = {}
+        for name, file in module_closure(module_name, path).items():
+            target = tmp_path / file.relative_to(path.parent)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(file, target)
+            copies[name] = target
+        monkeypatch.setattr(module, "__file__", str(copies[module_name]))
+        return copies
+
+    return copy
+
+
+@by_name(SHIPPED)
+def test_fingerprint_covers_its_code(
+    family: VariantFamily, module_copy: Callable[[str], dict[str, Path]]
+) -> None:
+    assert family.source_fingerprint
+    variants = family.variants()
+    assert len({v.fingerprint for v in variants}) == len(variants), "grid points share one"
+
+    def fingerprint_now() -> str:
+        again = variant_family(name=family.name, ops=family.ops, supports=family.supports,
+                               grid=family.grid)(family.build)  # fmt: skip
+        return again.source_fingerprint
+
+    before = fingerprint_now()
+    copies = module_copy(family.build.__module__)
+    assert fingerprint_now() == before, "the same text elsewhere must hash the same"
+    for name, file in copies.items():
+        text = file.read_text(encoding="utf-8")
+        file.write_text(text + "\n# edited\n", encoding="utf-8")
+        assert fingerprint_now() != before, f"editing {name} leaves the fingerprint as it was"
+        file.write_text(text, encoding="utf-8")
+    assert fingerprint_now() == before
+
+
+# ---- 3. capability reasons -------------------------------------------------------------
+
+
+def plain_spec(family: VariantFamily) -> MatmulSpec:
+    """A small GEMV in an op and a dtype of the family."""
+    return MatmulSpec(op=min(family.ops), m=1, n=53, k=40, tB=True, dtype=min(family.dtypes))
+
+
+def refusals(family: VariantFamily) -> dict[str, tuple[MatmulSpec, DeviceInfo]]:
+    """Specs and devices the family does not take, by what is wrong with them."""
+    device, base = home(family), plain_spec(family)
+    cases = {
+        "unknown k": (replace(base, k=None), device),
+        "unknown tB": (replace(base, tB=None), device),
+        "no dtype": (replace(base, dtype=None), device),
+    }
+    for op in (*OP_KINDS, "matmul_softmax"):
+        if op not in family.ops:
+            cases[f"op {op}"] = (replace(base, op=op), device)
+    for dtype in DTYPES:
+        if dtype not in family.dtypes:
+            cases[f"dtype {dtype}"] = (replace(base, dtype=dtype), device)
+    for kind in DEVICE_KINDS:
+        if kind not in family.devices:
+            cases[f"device {kind}"] = (base, DeviceInfo(kind=kind, name="elsewhere"))
+    return cases
+
+
+@by_name(SHIPPED + FAKES)
+def test_refusals_are_reasons(family: VariantFamily) -> None:
+    for variant in family.variants():
+        for what, (spec, device) in refusals(family).items():
+            reason = variant.unsupported_reason(spec, device)
+            assert isinstance(reason, str) and reason, f"{variant.id}, {what}: {reason!r}"
+        # Shapes at the edges reach the family's own predicate: an answer, never an error.
+        base = plain_spec(family)
+        for spec in (replace(base, n=0), replace(base, k=0), replace(base, n=151936, k=896),
+                     replace(base, batch=70000)):  # fmt: skip
+            reason = variant.unsupported_reason(spec, home(family))
+            assert reason is None or (isinstance(reason, str) and reason), spec
+
+
+# ---- 4. awkward shapes, every op and dtype ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    """An awkward shape: ragged against every power-of-two tile, or degenerate."""
+
+    name: str
+    n: int
+    k: int
+    batch: int = 1
+
+
+CASES = (Case("n53_k40", 53, 40), Case("n1", 1, 40), Case("k1", 7, 1), Case("batch3", 13, 40, 3))
+#: (tA, tB): W stored [n, k] first, decode's weight layout
+LAYOUTS = ((False, True), (False, False), (True, True), (True, False))
+#: m: decode's 1, else just past a 16-row tile (a tiled GEMM refuses m = 1)
+MS = (1, 17)
+#: a family for large K only (split-K) takes the case 1024 columns deeper
+K_SHIFTS = (0, 1024)
+
+
+def awkward_spec(op: str, dtype: str, case: Case, m: int, k: int, layout: tuple[bool, bool]
+                 ) -> MatmulSpec:  # fmt: skip
+    """α·A·B with β ≠ 0 for the alpha_beta op (C₀ read), and a bias too at batch 3."""
+    ab = op == "matmul_alpha_beta"
+    return MatmulSpec(
+        op=op, batch=case.batch, m=m, n=case.n, k=k, tA=layout[0], tB=layout[1], dtype=dtype,
+        alpha=0.125 if ab else None, beta=0.5 if ab else None,
+        bias=True if ab and case.batch > 1 else None,
+    )  # fmt: skip
+
+
+def pick(family: VariantFamily, op: str, dtype: str, case: Case, device: DeviceInfo,
+         rotate: int = 0) -> tuple[MatmulSpec, Variant] | str:  # fmt: skip
+    """The case's spec in the first layout (from the ``rotate``-th on), m and K the
+    family takes, with the first grid point that takes it; else why not."""
+    first_reason = None
+    for layout in LAYOUTS[rotate % 4 :] + LAYOUTS[: rotate % 4]:
+        for m in MS:
+            for shift in K_SHIFTS:
+                spec = awkward_spec(op, dtype, case, m, case.k + shift, layout)
+                for variant in family.variants():
+                    reason = variant.unsupported_reason(spec, device)
+                    if reason is None:
+                        return spec, variant
+                    first_reason = first_reason or reason
+    return first_reason or "no grid point"
+
+
+def eager_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torch.compile`` as the identity: the function Inductor would compile runs
+    eagerly (as tests/test_torch_compile.py runs it); Inductor itself needs a GPU."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch, "compile", lambda fn, **_: fn)
+
+
+#: GPU-only families with a cheap stand-in on the CPU: built for a (fake) GPU, run on
+#: CPU tensors once the stand-in is in place.
+CPU_STAND_INS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
+    "torch.compile": eager_torch_compile,
+}
+
+
+def cpu_run(family: VariantFamily, monkeypatch: pytest.MonkeyPatch) -> DeviceInfo:
+    """The device to build for so that the kernel runs on CPU tensors, or skip."""
+    if family.interpreted_on_cpu and not interpreting():
+        pytest.skip(NOT_INTERPRETING)
+    missing = [m for m in family.requires if not _importable(m)]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}, which is not installed")
+    if "cpu" in family.devices:
+        return CPU
+    stand_in = CPU_STAND_INS.get(family.name)
+    if stand_in is None:
+        pytest.skip(f"runs on {'/'.join(sorted(family.devices))} only: needs a GPU")
+    stand_in(monkeypatch)
+    return GPU
+
+
+def _importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def validate(family: VariantFamily, spec: MatmulSpec, fn: KernelFn) -> str | None:
+    """The harness's verdict on ``fn`` for ``spec`` on CPU tensors: None when it passes."""
+    try:
+        checked = validate_pair(spec, fn, CPU, TRIALS, interpreted=family.interpreted_on_cpu)
+    except GuardBreachError as breach:
+        return str(breach)
+    return checked.failure
+
+
+OP_DTYPES = [
+    pytest.param(family, op, dtype, id=f"{family.name}-{op}-{dtype}")
+    for family in SHIPPED + FAKES
+    for op in sorted(family.ops)
+    for dtype in sorted(family.dtypes)
+]
+
+
+@pytest.mark.parametrize(("family", "op", "dtype"), OP_DTYPES)
+def test_validates_on_awkward_shapes(
+    family: VariantFamily, op: str, dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each case in a layout of its own (the layouts rotate over cases, ops and dtypes,
+    so every layout the family takes meets every op and dtype)."""
+    device = cpu_run(family, monkeypatch)
+    rotate = sorted(family.ops).index(op) + sorted(family.dtypes).index(dtype)
+    failures, refused = [], {}
+    for i, case in enumerate(CASES):
+        picked = pick(family, op, dtype, case, device, rotate + i)
+        if isinstance(picked, str):
+            refused[case.name] = picked
+            continue
+        spec, variant = picked
+        if failure := validate(family, spec, variant.build(spec, device)):
+            failures.append(f"{variant.id} on {spec.key()}: {failure}")
+    assert not failures, "\n".join(failures)
+    if len(refused) == len(CASES):
+        if len(set(refused.values())) == 1:  # the same reason for every shape: this machine
+            pytest.skip(next(iter(refused.values())))
+        pytest.fail(f"takes none of the awkward shapes: {refused}")
+
+
+# ---- 5. the harness catches the family's kernel made to cheat ---------------------------
+
+
+def writes_nothing(fn: KernelFn) -> KernelFn:
+    def run(inputs: Any, out: Any) -> None:
+        fn(inputs, out.clone())
+
+    return run
+
+
+def zeros_its_output(fn: KernelFn) -> KernelFn:
+    def run(inputs: Any, out: Any) -> None:
+        fn(inputs, out.clone())
+        out.zero_()
+
+    return run
+
+
+def writes_past_the_end(fn: KernelFn) -> KernelFn:
+    def run(inputs: Any, out: Any) -> None:
+        import torch
+
+        fn(inputs, out)
+        past = torch.as_strided(out, (1,), (1,), out.storage_offset() + out.numel())
+        past.copy_(out.reshape(-1)[-1:])
+
+    return run
+
+
+CHEATS = {
+    "writes_nothing": (writes_nothing, "NaN"),
+    "zeros_its_output": (zeros_its_output, "error"),
+    "writes_past_the_end": (writes_past_the_end, "wrote outside its output"),
+}
+
+
+@pytest.mark.parametrize("cheat", list(CHEATS))
+@by_name(SHIPPED + FAKES)
+def test_cheating_with_its_kernel_fails(
+    family: VariantFamily, cheat: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    device = cpu_run(family, monkeypatch)
+    op = "matmul" if "matmul" in family.ops else min(family.ops)
+    dtype = "f32" if "f32" in family.dtypes else min(family.dtypes)
+    picked = pick(family, op, dtype, CASES[2], device)
+    if isinstance(picked, str):
+        pytest.skip(picked)
+    spec, variant = picked
+    wrap, needle = CHEATS[cheat]
+    failure = validate(family, spec, wrap(variant.build(spec, device)))
+    assert failure is not None and needle in failure, failure
+
+
+# ---- the Triton families' wrapper contract ---------------------------------------------
+
+TRITON = [family for family in SHIPPED if family.interpreted_on_cpu]
+
+
+def all_awkward_specs(family: VariantFamily) -> Iterator[MatmulSpec]:
+    for op in sorted(family.ops):
+        for case in CASES:
+            for layout in LAYOUTS:
+                for m in (*MS, 2):
+                    for shift in K_SHIFTS:
+                        yield awkward_spec(op, "f16", case, m, case.k + shift, layout)
+
+
+@by_name(TRITON)
+def test_build_refuses_what_it_does_not_take(family: VariantFamily) -> None:
+    """The builder re-checks the family's predicate: a refused spec never launches."""
+    variant = family.variants()[0]
+    refused = 0
+    for spec in all_awkward_specs(family):
+        reason = family.supports(spec, variant.param_dict, CPU)
+        if reason is not None:
+            with pytest.raises(MatprobeError, match=re.escape(f"{family.name}: {reason}")):
+                variant.build(spec, CPU)
+            refused += 1
+    assert refused, "refuses none of the awkward specs: the check checked nothing"
+
+
+@by_name(TRITON)
+def test_the_interpreter_refuses_what_would_take_minutes(family: VariantFamily) -> None:
+    """A spec too large for the interpreter is refused on the CPU, with that reason,
+    and taken on a GPU."""
+    picked = pick(family, "matmul", "f16", CASES[0], GPU)
+    assert not isinstance(picked, str), picked
+    spec, variant = picked
+    refused = {}
+    for big in (replace(spec, n=151936), replace(spec, batch=1024, n=4096)):
+        refused[big.key()] = (variant.unsupported_reason(big, CPU) or "",
+                              variant.unsupported_reason(big, GPU))  # fmt: skip
+        if "too large for the Triton interpreter (CPU)" in refused[big.key()][0]:
+            assert refused[big.key()][1] is None, refused
+            return
+    pytest.fail(f"{variant.id}: no large spec refused for the interpreter: {refused}")
+
+
+@pytest.mark.interpreter
+@by_name(TRITON)
+def test_build_refuses_a_gpu_while_interpreting(family: VariantFamily) -> None:
+    picked = pick(family, min(family.ops), "f16", CASES[0], GPU)
+    assert not isinstance(picked, str), picked
+    spec, variant = picked
+    with pytest.raises(MatprobeError, match="TRITON_INTERPRET=1 is set"):
+        variant.build(spec, GPU)
+
+
+@pytest.mark.interpreter
+@by_name(TRITON)
+def test_kernel_names_a_wrong_operand(family: VariantFamily) -> None:
+    """Built for f16 α·A·B + β·C₀ + bias (and for plain α·A·B), the kernel raises
+    ValueError naming the operand that does not match, before it launches."""
+    torch = pytest.importorskip("torch")
+    from matprobe.harness.inputs import empty_output, make_inputs
+
+    picked = pick(family, "matmul_alpha_beta", "f16", CASES[0], CPU)
+    assert not isinstance(picked, str), picked
+    spec, variant = replace(picked[0], bias=True), picked[1]
+    assert variant.unsupported_reason(spec, CPU) is None
+    run = variant.build(spec, CPU)
+    inputs, out = make_inputs(spec, seed=0), empty_output(spec, "cpu")
+    wider = torch.empty(*out.shape[:-1], out.shape[-1] + 1, dtype=out.dtype)
+    wrong = [  # (what the kernel must say, inputs, out)
+        (r"out is torch\.float32, expected torch\.float16", inputs, out.float()),
+        (r"out has shape", inputs, wider),
+        (r"C0 is missing", replace(inputs, c0=None), out),
+        (r"bias is missing", replace(inputs, bias=None), out),
+        (r"A \(as .*\) has shape", replace(inputs, a=inputs.a[:, :, :-1]), out),
+        (r"B.* has shape|W.* has shape", replace(inputs, b=inputs.b[:, :, :-1]), out),
+        (r"tb=|has shape", replace(inputs, tb=not inputs.tb), out),  # B in the other layout
+    ]
+    for needle, given, into in wrong:
+        with pytest.raises(ValueError, match=needle):
+            run(given, into)
+    plain = replace(spec, op="matmul", alpha=None, beta=None, bias=None)
+    run = variant.build(plain, CPU)
+    with pytest.raises(ValueError, match="carry C0"):
+        run(inputs, out)
+    with pytest.raises(ValueError, match="carry a bias"):
+        run(replace(inputs, c0=None), out)

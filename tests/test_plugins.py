@@ -1,0 +1,291 @@
+"""The user's own kernels: plugin modules that expose ``FAMILIES``, run beside the
+shipped families — in worker processes too — stored, reported and cached; every
+mistake in a plugin is one line and exit status 2."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
+
+from matprobe.cli import main
+from matprobe.harness.manifest import ManifestError, parse_manifest
+from matprobe.harness.store import ResultStore
+from matprobe.harness.variants import SHIPPED_FACTORY, registry_with_plugins
+from matprobe.variants.catalogue import shipped_registry
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+#: One correct family and one that cheats, in the style of tests/fake_variants.py.
+PLUGIN = '''
+"""A kernel engineer's own families."""
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from matprobe.harness.variants import variant_family
+
+ALL_OPS = ("matmul", "matmul_bias_add", "matmul_alpha_beta")
+
+
+def exact(inputs):
+    a = inputs.a_mk().to(torch.float64)
+    b = inputs.b_kn().to(torch.float64)
+    result = inputs.alpha * (a @ b)
+    if inputs.c0 is not None:
+        result = result + inputs.beta * inputs.c0.to(torch.float64)
+    if inputs.bias is not None:
+        result = result + inputs.bias.to(torch.float64)
+    return result
+
+
+@variant_family(name="{prefix}.exact", ops=ALL_OPS, devices=("cpu", "cuda"))
+def mine_exact(spec, params: Mapping[str, Any], device):
+    """Correct: float64 math, rounded once."""
+
+    def run(inputs, out):
+        out.copy_(exact(inputs))
+
+    return run
+
+
+@variant_family(name="{prefix}.zeros", ops=ALL_OPS)
+def mine_zeros(spec, params, device):
+    """Cheats: writes zeros."""
+
+    def run(inputs, out):
+        out.zero_()
+
+    return run
+
+
+FAMILIES = (mine_exact, mine_zeros)
+'''
+
+#: One spec of the built-in profile (the fused QKV projection): a quick CPU run.
+ONE_SPEC = ("--device", "cpu", "--op", "matmul_bias_add")
+
+
+@pytest.fixture
+def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The current directory is a kernel engineer's repo (plugins are imported from
+    there); sys.path and the plugin modules imported here are put back afterwards."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = set(sys.modules)
+    yield tmp_path
+    for name in set(sys.modules) - before:
+        if (tmp_path / f"{name}.py").exists():
+            del sys.modules[name]
+
+
+@pytest.fixture
+def write_plugin(plugin_dir: Path) -> Callable[[str, str], str]:
+    """Write module ``name`` in the current directory; returns its name."""
+
+    def write(name: str, text: str) -> str:
+        (plugin_dir / f"{name}.py").write_text(textwrap.dedent(text), encoding="utf-8")
+        return name
+
+    return write
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out)
+    return code, out.getvalue()
+
+
+def test_plugin_families_run_are_stored_reported_and_cached(
+    write_plugin: Callable[[str, str], str],
+    plugin_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    name = write_plugin("kernels_run", PLUGIN.replace("{prefix}", "mine"))
+    db = plugin_dir / "r.sqlite"
+    args = [
+        "run",
+        "--plugin",
+        name,
+        *ONE_SPEC,
+        "--db",
+        str(db),
+        "--variants",
+        "mine.*",
+        "--json",
+        str(plugin_dir / "report.json"),
+    ]
+    code, text = run(*args)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "2 to run, 0 cached" in err
+    assert "mine.exact/default" in text and "mine.zeros/default" in text
+    assert "FAIL" in text
+    (spec,) = json.loads((plugin_dir / "report.json").read_text())["specs"]
+    statuses = {r["variant_id"]: r["status"] for r in spec["results"]}
+    assert statuses["mine.exact/default"] == "pass"
+    assert statuses["mine.zeros/default"] == "fail"
+    with ResultStore(db) as store:
+        (record,) = store.runs()
+        assert {r.variant_id for r in store.results()} >= {
+            "mine.exact/default",
+            "mine.zeros/default",
+        }
+    assert record.status == "done"
+    code, _ = run(*args)
+    assert code == 0
+    assert "0 to run, 2 cached" in capsys.readouterr().err
+
+
+def test_plugin_families_are_marked_as_the_users(
+    write_plugin: Callable[[str, str], str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    name = write_plugin("kernels_origin", PLUGIN.replace("{prefix}", "own"))
+    registry = registry_with_plugins(SHIPPED_FACTORY, [name])
+    assert registry.names()[: len(shipped_registry().names())] == shipped_registry().names()
+    assert registry.family("own.exact").origin == name
+    assert registry.family("own.exact").is_plugin
+    assert not registry.family("torch.matmul").is_plugin
+    code, text = run("variants", "--plugin", name)
+    assert code == 0
+    assert f"own.exact [plugin {name}]: Correct: float64 math" in text
+    assert "own.exact/default  (enabled" in text
+
+
+def test_manifest_lists_plugins(
+    write_plugin: Callable[[str, str], str], plugin_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``plugins = [...]`` loads the families before the tables are read, so the
+    manifest may configure them too."""
+    name = write_plugin("kernels_manifest", PLUGIN.replace("{prefix}", "mani"))
+    manifest = plugin_dir / "m.toml"
+    manifest.write_text(f'plugins = ["{name}"]\n[families."mani.zeros"]\nenabled = false\n')
+    code, text = run("variants", "--manifest", str(manifest))
+    assert code == 0
+    assert "mani.exact/default  (enabled" in text and "mani.zeros/default  (disabled" in text
+    code, text = run(
+        "run",
+        "--manifest",
+        str(manifest),
+        *ONE_SPEC,
+        "--db",
+        str(plugin_dir / "r.sqlite"),
+        "--variants",
+        "mani.*",
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "1 to run" in err and "mani.exact/default" in text
+    assert "mani.zeros" not in text
+
+
+@pytest.mark.parametrize("raw", ["kernels", [1], ["ok", ""]])
+def test_manifest_plugins_must_be_a_list_of_names(raw: object) -> None:
+    with pytest.raises(ManifestError, match=r"m\.toml: plugins: must be a list"):
+        parse_manifest({"plugins": raw}, "m.toml", shipped_registry())
+
+
+BROKEN = {
+    "no FAMILIES": ("VALUE = 1\n", "defines no FAMILIES"),
+    "an import error": (
+        "import nosuchdependency_xyz\n",
+        "cannot import: ModuleNotFoundError: No module named 'nosuchdependency_xyz'",
+    ),
+    "a syntax error": ("def broken(:\n", "cannot import: SyntaxError"),
+    "FAMILIES of the wrong kind": ("FAMILIES = (1,)\n", "FAMILIES[0] is a int"),
+    "a shipped family's name": (
+        PLUGIN.replace("{prefix}.exact", "torch.matmul").replace("{prefix}", "x"),
+        "family 'torch.matmul' is already registered by a family matprobe ships",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_a_broken_plugin_is_one_line_and_exit_2(
+    case: str,
+    write_plugin: Callable[[str, str], str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text, needle = BROKEN[case]
+    name = write_plugin("broken_" + re.sub(r"\W", "_", case), text)
+    assert main(["run", "--plugin", name, "--device", "cpu"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"matprobe: error: plugin '{name}': ")
+    assert needle in line
+
+
+def test_a_missing_plugin_is_one_line_and_exit_2(
+    plugin_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--plugin", "nosuchmodule", "--device", "cpu"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("matprobe: error: plugin 'nosuchmodule': no module named")
+    assert main(["variants", "--plugin", "mykernels.py"]) == 2
+    assert "did you mean 'mykernels'?" in capsys.readouterr().err
+
+
+def test_two_plugins_may_not_share_a_family_name(
+    write_plugin: Callable[[str, str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = write_plugin("clash_one", PLUGIN.replace("{prefix}", "same"))
+    second = write_plugin("clash_two", PLUGIN.replace("{prefix}", "same"))
+    assert main(["variants", "--plugin", first, "--plugin", second]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert (
+        f"plugin '{second}': family 'same.exact' is already registered by plugin '{first}'" in line
+    )
+
+
+# ---- the README's example ---------------------------------------------------------------
+
+
+def _readme_section(heading: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index(f"\n### {heading}\n") + len(heading) + 5
+    after = re.search(r"^#{1,3} ", text[start:], re.M)  # the next heading
+    return text[start : start + after.start()] if after else text[start:]
+
+
+def test_the_readme_plugin_example_runs(
+    plugin_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's plugin module and command, run as written (on one spec, on the CPU,
+    with a temporary store), so the example cannot rot."""
+    section = _readme_section("Your own kernels (plugins)")
+    (module_text,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    commands = [
+        line.split("#")[0].split()
+        for line in "".join(re.findall(r"```bash\n(.*?)```", section, re.S)).splitlines()
+    ]
+    (command,) = [c for c in commands if c[:2] == ["matprobe", "run"]]
+    name = command[command.index("--plugin") + 1]
+    (plugin_dir / f"{name}.py").write_text(module_text, encoding="utf-8")
+    argv = [arg.strip("'\"") for arg in command[1:]]
+    code, _ = run(
+        *argv,
+        *ONE_SPEC,
+        "--db",
+        str(plugin_dir / "r.sqlite"),
+        "--json",
+        str(plugin_dir / "report.json"),
+    )
+    err = capsys.readouterr().err
+    assert code == 0, err
+    families = {
+        f.name
+        for f in registry_with_plugins(SHIPPED_FACTORY, [name]).families()
+        if f.origin == name
+    }
+    (spec,) = json.loads((plugin_dir / "report.json").read_text())["specs"]
+    mine = [r for r in spec["results"] if r["family"] in families]
+    assert mine and {r["status"] for r in mine} == {"pass"}
