@@ -20,10 +20,15 @@ from typing import Any
 
 def ours(entry: dict[str, Any], no_pdl: bool) -> tuple[float, float, str] | None:
     """(baseline µs, best µs, best id) of one spec, from the same rounds where possible."""
-    timed = [r for r in entry["results"]
-             if r["status"] == "pass" and r["clocks"].get("device") and not r.get("peer")
-             and not r.get("baseline")
-             and not (no_pdl and (r.get("params") or {}).get("pdl"))]
+    timed = [
+        r
+        for r in entry["results"]
+        if r["status"] == "pass"
+        and r["clocks"].get("device")
+        and not r.get("peer")
+        and not r.get("baseline")
+        and not (no_pdl and (r.get("params") or {}).get("pdl"))
+    ]
     if not timed or entry.get("baseline_us") is None:
         return None
     best = min(timed, key=lambda r: r["clocks"]["device"]["median_us"])
@@ -56,9 +61,11 @@ def main() -> None:
     for _, key, weight, base, best, name in sorted(rows, reverse=True):
         print(f"{key[:70]:70s} {weight:6.2f} {base:8.2f} {best:8.2f} {best / base:6.3f}  {name}")
     scope = " (pdl=1 variants left out)" if args.no_pdl else ""
-    print(f"\nΣ per token{scope}: baseline {base_sum:.1f} µs, ours {best_sum:.1f} µs = "
-          f"{best_sum / base_sum:.3f}×  ({len(rows)} specs; weights: "
-          f"{data.get('per_token_basis')})")
+    print(
+        f"\nΣ per token{scope}: baseline {base_sum:.1f} µs, ours {best_sum:.1f} µs = "
+        f"{best_sum / base_sum:.3f}×  ({len(rows)} specs; weights: "
+        f"{data.get('per_token_basis')})"
+    )
     if left_out:
         print(f"left out (no per-token weight or no figure): {len(left_out)} specs")
 

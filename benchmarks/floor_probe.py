@@ -29,14 +29,17 @@ def main() -> None:
     print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__}")
     for programs in (1, 132, 1056, 4864):
         for pdl in (False, True):
+
             def call(_inputs: object, o: torch.Tensor, p: int = programs, f: bool = pdl) -> None:
                 extra = {"launch_pdl": True} if f else {}
                 tiny_kernel[(p,)](o, PDL=f, **extra)
 
             graph = capture(call, [None], out, calls=200, warmup=2)
             stats = time_graph(graph, policy)
-            print(f"programs {programs:5d} pdl {int(pdl)}: {stats.median_us:6.3f} µs/kernel "
-                  f"(spread {stats.spread:.3f}, {stats.n} samples)")
+            print(
+                f"programs {programs:5d} pdl {int(pdl)}: {stats.median_us:6.3f} µs/kernel "
+                f"(spread {stats.spread:.3f}, {stats.n} samples)"
+            )
 
 
 if __name__ == "__main__":

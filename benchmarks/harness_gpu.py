@@ -30,9 +30,19 @@ SHAPES = {
 def timed_run(out: Path, name: str) -> float:
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "matprobe", "run", "--db", str(out / "bench.sqlite"),
-         "--out", str(out / name)],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "matprobe",
+            "run",
+            "--db",
+            str(out / "bench.sqlite"),
+            "--out",
+            str(out / name),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     seconds = time.perf_counter() - start
     (out / f"{name}.stderr").write_text(proc.stderr)
@@ -55,19 +65,32 @@ def main() -> None:
         first, second = (measure_pair(spec, variant, ctx) for _ in range(2))
         a, b = (r.clocks.device for r in (first, second))
         assert a is not None and b is not None
-        rows.append({"shape": role, "first_us": a.median_us, "second_us": b.median_us,
-                     "diff_pct": 100 * abs(a.median_us - b.median_us) / a.median_us,
-                     "first_spread": a.spread, "second_spread": b.spread,
-                     "n": [a.n, b.n]})
-    summary = {"device": device.to_dict(), "fresh_run_s": cold, "cached_run_s": warm,
-               "repeatability": rows}
+        rows.append(
+            {
+                "shape": role,
+                "first_us": a.median_us,
+                "second_us": b.median_us,
+                "diff_pct": 100 * abs(a.median_us - b.median_us) / a.median_us,
+                "first_spread": a.spread,
+                "second_spread": b.spread,
+                "n": [a.n, b.n],
+            }
+        )
+    summary = {
+        "device": device.to_dict(),
+        "fresh_run_s": cold,
+        "cached_run_s": warm,
+        "repeatability": rows,
+    }
     (out / "harness_bench.json").write_text(json.dumps(summary, indent=2))
     print(f"{device.name}: fresh run {cold:.1f} s, cached run {warm:.1f} s")
     print(f"{'shape':8s} {'1st µs':>8s} {'2nd µs':>8s} {'diff':>6s}  spread1 spread2 n")
     for r in rows:
-        print(f"{r['shape']:8s} {r['first_us']:8.2f} {r['second_us']:8.2f} "
-              f"{r['diff_pct']:5.2f}%  {r['first_spread']:.3f}   {r['second_spread']:.3f}  "
-              f"{r['n']}")
+        print(
+            f"{r['shape']:8s} {r['first_us']:8.2f} {r['second_us']:8.2f} "
+            f"{r['diff_pct']:5.2f}%  {r['first_spread']:.3f}   {r['second_spread']:.3f}  "
+            f"{r['n']}"
+        )
 
 
 if __name__ == "__main__":

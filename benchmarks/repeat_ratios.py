@@ -25,8 +25,11 @@ def load(path: str) -> dict[tuple[str, str], PairResult]:
                 shutil.copy(path + suffix, Path(tmp) / ("s.sqlite" + suffix))
         with ResultStore(Path(tmp) / "s.sqlite") as store:
             rows = store.results()
-    return {(r.spec_key, r.variant_id): r for r in rows
-            if r.status is Status.PASS and r.clocks.vs_baseline is not None}
+    return {
+        (r.spec_key, r.variant_id): r
+        for r in rows
+        if r.status is Status.PASS and r.clocks.vs_baseline is not None
+    }
 
 
 def main() -> None:
@@ -46,17 +49,23 @@ def main() -> None:
         diffs.append(rb.median / ra.median - 1)
         best[key[0]] = min(best.get(key[0], (9e9, "")), (ra.median, key[1]))
     middle = sorted(diffs)[len(diffs) // 2]
-    print(f"{len(both)} pairs in both; ratio B/A − 1: median {middle:+.2%}, "
-          f"max |.| {max(abs(d) for d in diffs):.2%}")
-    print(f"{'spec':62s} {'best variant (A)':40s} {'A ratio [CI]':>20s} "
-          f"{'B ratio [CI]':>20s} {'Δ':>7s}")
+    print(
+        f"{len(both)} pairs in both; ratio B/A − 1: median {middle:+.2%}, "
+        f"max |.| {max(abs(d) for d in diffs):.2%}"
+    )
+    print(
+        f"{'spec':62s} {'best variant (A)':40s} {'A ratio [CI]':>20s} "
+        f"{'B ratio [CI]':>20s} {'Δ':>7s}"
+    )
     for spec, (_, variant) in best.items():
         ra, rb = a[spec, variant].clocks.vs_baseline, b[spec, variant].clocks.vs_baseline
         assert ra is not None and rb is not None
-        print(f"{spec[:62]:62s} {variant[:40]:40s} "
-              f"{ra.median:.3f} [{ra.lo:.3f}–{ra.hi:.3f}] "
-              f"{rb.median:.3f} [{rb.lo:.3f}–{rb.hi:.3f}] "
-              f"{rb.median / ra.median - 1:+.2%}")
+        print(
+            f"{spec[:62]:62s} {variant[:40]:40s} "
+            f"{ra.median:.3f} [{ra.lo:.3f}–{ra.hi:.3f}] "
+            f"{rb.median:.3f} [{rb.lo:.3f}–{rb.hi:.3f}] "
+            f"{rb.median / ra.median - 1:+.2%}"
+        )
 
 
 if __name__ == "__main__":

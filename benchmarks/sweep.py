@@ -27,10 +27,14 @@ from matprobe.variants.torch_ref import torch_matmul
 
 def _attention(kind: str, length: int) -> str:
     if kind == "qk":
-        return (f"op=matmul_alpha_beta | batch=14 | m=1 | n={length} | k=64 | tA=0 | tB=1 | "
-                "alpha=0.1250 | beta=0.0000 | dtype=f16 | strided_batch=true")
-    return (f"op=matmul_alpha_beta | batch=14 | m=1 | n=64 | k={length} | tA=0 | tB=0 | "
-            "alpha=1.0000 | beta=0.0000 | dtype=f16 | strided_batch=true")
+        return (
+            f"op=matmul_alpha_beta | batch=14 | m=1 | n={length} | k=64 | tA=0 | tB=1 | "
+            "alpha=0.1250 | beta=0.0000 | dtype=f16 | strided_batch=true"
+        )
+    return (
+        f"op=matmul_alpha_beta | batch=14 | m=1 | n=64 | k={length} | tA=0 | tB=0 | "
+        "alpha=1.0000 | beta=0.0000 | dtype=f16 | strided_batch=true"
+    )
 
 
 SHAPES = {
@@ -54,8 +58,9 @@ def main() -> None:
     names = names or ["gate_up", "down", "o_proj", "qkv", "lm_head"]
     device = detect("cuda")
     ctx = PairContext(device, TimingPolicy(budget_s=0.1))
-    print(f"# {device.name} {device.versions} family {family.name} "
-          f"grid {grid or dict(family.grid)}")
+    print(
+        f"# {device.name} {device.versions} family {family.name} grid {grid or dict(family.grid)}"
+    )
     for name in names:
         spec = MatmulSpec.parse(SHAPES[name])
         base = measure_pair_safely(spec, torch_matmul.variants()[0], ctx)
@@ -74,13 +79,16 @@ def main() -> None:
                 rows.append((float("inf"), variant.tag, "-", result.reason[:90]))
         rows.sort()
         bytes_ = spec.min_bytes()
-        print(f"\n## {name}: cuBLAS {base_us:.2f} µs ({bytes_ / base_us / 1e3:.0f} GB/s); "
-              f"{len(rows)} variants in {time.perf_counter() - started:.0f} s")
+        print(
+            f"\n## {name}: cuBLAS {base_us:.2f} µs ({bytes_ / base_us / 1e3:.0f} GB/s); "
+            f"{len(rows)} variants in {time.perf_counter() - started:.0f} s"
+        )
         for us, tag, spread, note in rows[:12]:
             ratio = us / base_us
             gbps = bytes_ / us / 1e3
-            print(f"  {tag:32s} {us:8.2f} µs  {ratio:5.2f}×  {gbps:6.0f} GB/s  spread {spread} "
-                  f"{note}")
+            print(
+                f"  {tag:32s} {us:8.2f} µs  {ratio:5.2f}×  {gbps:6.0f} GB/s  spread {spread} {note}"
+            )
         failed = [r for r in rows if r[0] == float("inf")]
         if failed:
             print(f"  ({len(failed)} not timed: {failed[0][3]})")

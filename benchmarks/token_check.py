@@ -52,12 +52,13 @@ def winners(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     out = {}
     for name, key in SHAPES.items():
         entry = by_key[MatmulSpec.parse(key).key()]
-        timed = [(r["clocks"]["device"]["median_us"], r["variant_id"], r)
-                 for r in entry["results"]
-                 if r["status"] == "pass" and r["clocks"].get("device")]
+        timed = [
+            (r["clocks"]["device"]["median_us"], r["variant_id"], r)
+            for r in entry["results"]
+            if r["status"] == "pass" and r["clocks"].get("device")
+        ]
         own = [t for t in timed if not t[2].get("peer") and not t[2].get("baseline")]
-        base = [t for t in timed
-                if entry["baseline"] in (t[1], t[2]["family"])]
+        base = [t for t in timed if entry["baseline"] in (t[1], t[2]["family"])]
         best = min(own)
         pdl0 = min(t for t in own if not (t[2].get("params") or {}).get("pdl"))
         out[name] = {"baseline": base[0][:2], "best": best[:2], "pdl0": pdl0[:2]}
@@ -99,13 +100,23 @@ class Token:
             "lm_head": torch.empty(1, 1, VOCAB, device=dev, dtype=f16),
         }
         # each matmul's input buffer: written by the elementwise op before it
-        self.ins = {name: torch.empty(1, 1, MatmulSpec.parse(key).k or 0, device=dev, dtype=f16)
-                    for name, key in SHAPES.items()}
+        self.ins = {
+            name: torch.empty(1, 1, MatmulSpec.parse(key).k or 0, device=dev, dtype=f16)
+            for name, key in SHAPES.items()
+        }
 
     def inputs(self, name: str, layer: int) -> MatmulInputs:
         bias = self.bias[layer] if name == "qkv" else None
-        return MatmulInputs(self.ins[name], self.weights[name][layer], bias, None, 1.0, 0.0,
-                            ta=False, tb=name != "qkv")
+        return MatmulInputs(
+            self.ins[name],
+            self.weights[name][layer],
+            bias,
+            None,
+            1.0,
+            0.0,
+            ta=False,
+            tb=name != "qkv",
+        )
 
     def rms(self, x: torch.Tensor, g: torch.Tensor, out: torch.Tensor) -> None:
         var = x.float().pow(2).mean(-1, keepdim=True)
@@ -126,15 +137,25 @@ class Token:
             self.rms(self.h, self.norms[2 * layer], self.ins["qkv"])
             qkv = matmul("qkv", layer)
             q = qkv[..., :HIDDEN].view(HEADS, 1, HEAD_DIM)
-            k = qkv[..., HIDDEN:HIDDEN + 128].view(KV_HEADS, 1, HEAD_DIM)
-            v = qkv[..., HIDDEN + 128:].view(KV_HEADS, 1, HEAD_DIM)
+            k = qkv[..., HIDDEN : HIDDEN + 128].view(KV_HEADS, 1, HEAD_DIM)
+            v = qkv[..., HIDDEN + 128 :].view(KV_HEADS, 1, HEAD_DIM)
             half = HEAD_DIM // 2
-            q_rot = torch.cat([q[..., :half] * self.cos - q[..., half:] * self.sin,
-                               q[..., half:] * self.cos + q[..., :half] * self.sin], -1)
-            k_rot = torch.cat([k[..., :half] * self.cos - k[..., half:] * self.sin,
-                               k[..., half:] * self.cos + k[..., :half] * self.sin], -1)
-            self.k_cache[layer][:, pos:pos + 1].copy_(k_rot)
-            self.v_cache[layer][:, pos:pos + 1].copy_(v)
+            q_rot = torch.cat(
+                [
+                    q[..., :half] * self.cos - q[..., half:] * self.sin,
+                    q[..., half:] * self.cos + q[..., :half] * self.sin,
+                ],
+                -1,
+            )
+            k_rot = torch.cat(
+                [
+                    k[..., :half] * self.cos - k[..., half:] * self.sin,
+                    k[..., half:] * self.cos + k[..., :half] * self.sin,
+                ],
+                -1,
+            )
+            self.k_cache[layer][:, pos : pos + 1].copy_(k_rot)
+            self.v_cache[layer][:, pos : pos + 1].copy_(v)
             keys = self.k_cache[layer].repeat_interleave(HEADS // KV_HEADS, 0)
             values = self.v_cache[layer].repeat_interleave(HEADS // KV_HEADS, 0)
             scores = torch.bmm(q_rot, keys.transpose(1, 2)) * HEAD_DIM**-0.5
@@ -145,8 +166,9 @@ class Token:
             self.h.add_(o)
             self.rms(self.h, self.norms[2 * layer + 1], self.ins["gate_up"])
             gu = matmul("gate_up", layer)
-            torch.mul(torch.nn.functional.silu(gu[..., :INTER]), gu[..., INTER:],
-                      out=self.ins["down"])
+            torch.mul(
+                torch.nn.functional.silu(gu[..., :INTER]), gu[..., INTER:], out=self.ins["down"]
+            )
             d = matmul("down", layer)
             self.h.add_(d)
         self.rms(self.h, self.norms[-1], self.ins["lm_head"])
@@ -197,7 +219,7 @@ def main() -> None:
         graphs[mode] = graph
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     for r in range(args.rounds):
-        order = list(modes)[r % 4:] + list(modes)[:r % 4]
+        order = list(modes)[r % 4 :] + list(modes)[: r % 4]
         for mode in order:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -214,13 +236,19 @@ def main() -> None:
         return f"p10–p90 {s[len(s) // 10]:.0f}–{s[(9 * len(s)) // 10]:.0f}"
 
     rest = med(times["none"])
-    print(f"device {device.name}; torch {torch.__version__}; context {args.context}; "
-          f"{args.rounds} interleaved rounds")
-    print(f"{'mode':8s} {'µs/token':>9s} {'spread':>18s} {'matmul µs':>10s} {'vs cublas':>10s} "
-          f"{'predicted':>10s}  logits max |Δ| vs cublas")
+    print(
+        f"device {device.name}; torch {torch.__version__}; context {args.context}; "
+        f"{args.rounds} interleaved rounds"
+    )
+    print(
+        f"{'mode':8s} {'µs/token':>9s} {'spread':>18s} {'matmul µs':>10s} {'vs cublas':>10s} "
+        f"{'predicted':>10s}  logits max |Δ| vs cublas"
+    )
     base_share = med(times["cublas"]) - rest
-    predicted = {mode: sum(CALLS[n] * picks[n][key][0] for n in SHAPES)
-                 for mode, key in (("cublas", "baseline"), ("best", "best"), ("pdl0", "pdl0"))}
+    predicted = {
+        mode: sum(CALLS[n] * picks[n][key][0] for n in SHAPES)
+        for mode, key in (("cublas", "baseline"), ("best", "best"), ("pdl0", "pdl0"))
+    }
     result = {}
     for mode in modes:
         share = med(times[mode]) - rest
@@ -228,15 +256,24 @@ def main() -> None:
         finite = bool(torch.isfinite(logits[mode]).all())
         pred = predicted.get(mode)
         pred_ratio = pred / predicted["cublas"] if pred else None
-        print(f"{mode:8s} {med(times[mode]):9.1f} {spread(times[mode]):>18s} {share:10.1f} "
-              f"{share / base_share:9.3f}× "
-              + (f"{pred_ratio:9.3f}×" if pred_ratio else f"{'-':>10s}")
-              + f"  {diff:.3g}{'' if finite else ' NON-FINITE'}")
-        result[mode] = {"us": med(times[mode]), "share_us": share, "samples": times[mode],
-                        "predicted_share_us": pred, "logits_max_abs_diff": diff}
+        print(
+            f"{mode:8s} {med(times[mode]):9.1f} {spread(times[mode]):>18s} {share:10.1f} "
+            f"{share / base_share:9.3f}× "
+            + (f"{pred_ratio:9.3f}×" if pred_ratio else f"{'-':>10s}")
+            + f"  {diff:.3g}{'' if finite else ' NON-FINITE'}"
+        )
+        result[mode] = {
+            "us": med(times[mode]),
+            "share_us": share,
+            "samples": times[mode],
+            "predicted_share_us": pred,
+            "logits_max_abs_diff": diff,
+        }
     print("winners:", {n: (p["best"][1], p["pdl0"][1]) for n, p in picks.items()})
-    print("predicted Σ µs (calls × per-shape device µs):",
-          {m: round(v, 1) for m, v in predicted.items()})
+    print(
+        "predicted Σ µs (calls × per-shape device µs):",
+        {m: round(v, 1) for m, v in predicted.items()},
+    )
     if not all(math.isfinite(r["logits_max_abs_diff"]) for r in result.values() if r):
         raise SystemExit("a mode produced non-finite logits")
 

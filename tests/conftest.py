@@ -27,9 +27,11 @@ SEEDS = Path(__file__).resolve().parent / "data"
 
 
 #: Why a test that runs Triton kernels on the CPU skips where they are compiled.
-NOT_INTERPRETING = ("Triton kernels are compiled in this session (TRITON_INTERPRET is not 1: "
-                    "a CUDA GPU is here, or it was set so); these tests run without a GPU, "
-                    "or with TRITON_INTERPRET=1")
+NOT_INTERPRETING = (
+    "Triton kernels are compiled in this session (TRITON_INTERPRET is not 1: "
+    "a CUDA GPU is here, or it was set so); these tests run without a GPU, "
+    "or with TRITON_INTERPRET=1"
+)
 
 
 def interpreting() -> bool:

@@ -69,8 +69,7 @@ def fake_slow(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
 
 
 @variant_family(name="fake.self_overlap", ops=ALL_OPS, devices=("cpu",), grid={"pdl": (1,)})
-def fake_self_overlap(spec: MatmulSpec, params: Mapping[str, Any],
-                      device: DeviceInfo) -> KernelFn:
+def fake_self_overlap(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
     """Correct; fast (0.3 ms) only when called back to back with itself on an x that
     nothing rewrote in between — as a PDL kernel overlapping its own previous call —
     and slow (3 ms) after another kernel wrote its x, as in a decode token.
@@ -133,8 +132,7 @@ def cheat_first_seed(spec: MatmulSpec, params: Mapping[str, Any], device: Device
 
 
 @variant_family(name="cheat.one_element", ops=ALL_OPS)
-def cheat_one_element(spec: MatmulSpec, params: Mapping[str, Any],
-                      device: DeviceInfo) -> KernelFn:
+def cheat_one_element(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
     """Right everywhere but one element, which is off by 50 %: norm-wise error is
     tiny on a big output, so only the per-element check can catch it."""
 
@@ -158,8 +156,7 @@ def cheat_sloppy(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 
 
 @variant_family(name="cheat.side_stream", ops=ALL_OPS, devices=("cuda",))
-def cheat_side_stream(spec: MatmulSpec, params: Mapping[str, Any],
-                      device: DeviceInfo) -> KernelFn:
+def cheat_side_stream(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
     """Does the work on a private stream, unsynchronized with the caller's: events
     on the current stream (and a graph captured on it) miss the work."""
     side = torch.cuda.Stream()
@@ -253,8 +250,7 @@ def cheat_scribble(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceIn
 
 
 @variant_family(name="cheat.memo_pointer", ops=ALL_OPS)
-def cheat_memo_pointer(spec: MatmulSpec, params: Mapping[str, Any],
-                       device: DeviceInfo) -> KernelFn:
+def cheat_memo_pointer(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
     """Memoises its answer by input pointers: right the first time it sees a set of
     buffers, instant (and stale) after — what a kernel caching across calls, or an
     answer baked into a captured graph, does."""
@@ -301,8 +297,9 @@ def _fp32_tiles_fp16_sum(inputs: MatmulInputs, out: Any, tile: int, drop: int = 
 
 
 @variant_family(name="cheat.half_running_sum", ops=ALL_OPS)
-def cheat_half_running_sum(spec: MatmulSpec, params: Mapping[str, Any],
-                           device: DeviceInfo) -> KernelFn:
+def cheat_half_running_sum(
+    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
+) -> KernelFn:
     """fp32 within a 128-wide K tile, the running sum in fp16/bf16 across tiles."""
 
     def run(inputs: MatmulInputs, out: Any) -> None:
@@ -312,8 +309,7 @@ def cheat_half_running_sum(spec: MatmulSpec, params: Mapping[str, Any],
 
 
 @variant_family(name="cheat.drop_k_tail", ops=ALL_OPS)
-def cheat_drop_k_tail(spec: MatmulSpec, params: Mapping[str, Any],
-                      device: DeviceInfo) -> KernelFn:
+def cheat_drop_k_tail(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
     """fp32 accumulation, one rounding — but the last 3 K columns are skipped."""
 
     def run(inputs: MatmulInputs, out: Any) -> None:
@@ -323,8 +319,9 @@ def cheat_drop_k_tail(spec: MatmulSpec, params: Mapping[str, Any],
 
 
 @variant_family(name="cheat.out_of_bounds", ops=ALL_OPS)
-def cheat_out_of_bounds(spec: MatmulSpec, params: Mapping[str, Any],
-                        device: DeviceInfo) -> KernelFn:
+def cheat_out_of_bounds(
+    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
+) -> KernelFn:
     """Right answer, but stores whole 64-wide tiles: writes past the end of its
     output when n is not a multiple of 64 (an unmasked tail)."""
 
@@ -340,8 +337,7 @@ def cheat_out_of_bounds(spec: MatmulSpec, params: Mapping[str, Any],
 
 
 @variant_family(name="cheat.pdl_early_x", ops=ALL_OPS, grid={"pdl": (1,)})
-def cheat_pdl_early_x(spec: MatmulSpec, params: Mapping[str, Any],
-                      device: DeviceInfo) -> KernelFn:
+def cheat_pdl_early_x(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
     """Stands in for a PDL kernel that loads x before waiting on the kernel that
     writes it: it computes with the x its buffer held when the previous call on the
     same buffer ended (before the producer's new write landed). Right whenever
@@ -359,18 +355,36 @@ def cheat_pdl_early_x(spec: MatmulSpec, params: Mapping[str, Any],
 
 
 CHEATERS: tuple[VariantFamily, ...] = (
-    cheat_zeros, cheat_half, cheat_previous, cheat_first_seed, cheat_one_element, cheat_sloppy,
+    cheat_zeros,
+    cheat_half,
+    cheat_previous,
+    cheat_first_seed,
+    cheat_one_element,
+    cheat_sloppy,
     cheat_scribble,
 )
 #: Cheaters of the checks after validation: memoising, lazy, out-of-bounds, early x.
 TIMED_CHEATERS: tuple[VariantFamily, ...] = (
-    cheat_memo_pointer, cheat_some_calls, cheat_out_of_bounds, cheat_pdl_early_x,
+    cheat_memo_pointer,
+    cheat_some_calls,
+    cheat_out_of_bounds,
+    cheat_pdl_early_x,
 )
 #: Wrong arithmetic that a loose tolerance lets through.
 ARITHMETIC_CHEATERS: tuple[VariantFamily, ...] = (cheat_half_running_sum, cheat_drop_k_tail)
 FAMILIES: tuple[VariantFamily, ...] = (
-    fake_exact, fake_exact_pdl, fake_slow, fake_self_overlap, *CHEATERS, *TIMED_CHEATERS,
-    *ARITHMETIC_CHEATERS, cheat_side_stream, fake_flaky, fake_broken, fake_m1_only, fake_gpu_only,
+    fake_exact,
+    fake_exact_pdl,
+    fake_slow,
+    fake_self_overlap,
+    *CHEATERS,
+    *TIMED_CHEATERS,
+    *ARITHMETIC_CHEATERS,
+    cheat_side_stream,
+    fake_flaky,
+    fake_broken,
+    fake_m1_only,
+    fake_gpu_only,
 )
 
 

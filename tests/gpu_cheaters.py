@@ -27,9 +27,19 @@ from matprobe.spec import MatmulSpec
 
 
 @triton.jit
-def _gemv(x_ptr, w_ptr, out_ptr, n, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # noqa: N803
-          EARLY_X: tl.constexpr, PDL: tl.constexpr, MASK_STORE: tl.constexpr,  # noqa: N803
-          HALF_SUM: tl.constexpr):  # noqa: N803
+def _gemv(  # Triton's constexpr parameters are upper case by convention
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    n,
+    k,
+    BLOCK_N: tl.constexpr,  # noqa: N803
+    BLOCK_K: tl.constexpr,  # noqa: N803
+    EARLY_X: tl.constexpr,  # noqa: N803
+    PDL: tl.constexpr,  # noqa: N803
+    MASK_STORE: tl.constexpr,  # noqa: N803
+    HALF_SUM: tl.constexpr,  # noqa: N803
+):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = rows < n
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
@@ -37,8 +47,11 @@ def _gemv(x_ptr, w_ptr, out_ptr, n, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.conste
         tl.extra.cuda.gdc_launch_dependents()
         offs_k = tl.arange(0, BLOCK_K)
         mask_k = offs_k < k
-        w = tl.load(w_ptr + rows[:, None] * k + offs_k[None, :],
-                    mask=mask_n[:, None] & mask_k[None, :], other=0.0)
+        w = tl.load(
+            w_ptr + rows[:, None] * k + offs_k[None, :],
+            mask=mask_n[:, None] & mask_k[None, :],
+            other=0.0,
+        )
         if EARLY_X:  # the bug: x read before the kernel that writes it has finished
             x = tl.load(x_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
             tl.extra.cuda.gdc_wait()
@@ -52,8 +65,11 @@ def _gemv(x_ptr, w_ptr, out_ptr, n, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.conste
             offs_k = k0 + tl.arange(0, BLOCK_K)
             mask_k = offs_k < k
             x = tl.load(x_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + rows[:, None] * k + offs_k[None, :],
-                        mask=mask_n[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+            w = tl.load(
+                w_ptr + rows[:, None] * k + offs_k[None, :],
+                mask=mask_n[:, None] & mask_k[None, :],
+                other=0.0,
+            ).to(tl.float32)
             part = tl.sum(w * x[None, :], axis=1)
             if HALF_SUM:
                 half = (half.to(tl.float32) + part).to(out_ptr.dtype.element_ty)
@@ -68,14 +84,27 @@ def _gemv(x_ptr, w_ptr, out_ptr, n, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.conste
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
-    if spec.batch != 1 or spec.m != 1 or spec.tA or not spec.tB or spec.has_bias \
-            or spec.reads_c0 or spec.alpha_value != 1.0:
+    if (
+        spec.batch != 1
+        or spec.m != 1
+        or spec.tA
+        or not spec.tB
+        or spec.has_bias
+        or spec.reads_c0
+        or spec.alpha_value != 1.0
+    ):
         return "plain x·Wᵀ GEMVs only"
     return None
 
 
-def _gemv_family(name: str, *, early_x: bool = False, pdl: bool = False,
-                 mask_store: bool = True, half_sum: bool = False) -> VariantFamily:
+def _gemv_family(
+    name: str,
+    *,
+    early_x: bool = False,
+    pdl: bool = False,
+    mask_store: bool = True,
+    half_sum: bool = False,
+) -> VariantFamily:
     def build(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
         n, k = spec.n_total, spec.k
         assert n is not None and k is not None
@@ -85,15 +114,32 @@ def _gemv_family(name: str, *, early_x: bool = False, pdl: bool = False,
 
         def run(inputs: MatmulInputs, out: Any) -> None:
             _gemv[(triton.cdiv(n, block_n),)](
-                inputs.a, inputs.b, out, n, k, BLOCK_N=block_n, BLOCK_K=block_k,
-                EARLY_X=early_x, PDL=pdl, MASK_STORE=mask_store, HALF_SUM=half_sum, **extra)
+                inputs.a,
+                inputs.b,
+                out,
+                n,
+                k,
+                BLOCK_N=block_n,
+                BLOCK_K=block_k,
+                EARLY_X=early_x,
+                PDL=pdl,
+                MASK_STORE=mask_store,
+                HALF_SUM=half_sum,
+                **extra,
+            )
 
         return run
 
     build.__doc__ = name
     grid = {"pdl": (1,)} if pdl else {}
-    return variant_family(name=name, ops=("matmul",), devices=("cuda",), supports=_supports,
-                          grid=grid, dtypes=("f16", "bf16"))(build)
+    return variant_family(
+        name=name,
+        ops=("matmul",),
+        devices=("cuda",),
+        supports=_supports,
+        grid=grid,
+        dtypes=("f16", "bf16"),
+    )(build)
 
 
 PDL_HONEST = _gemv_family("fake.gpu_pdl", pdl=True)
@@ -102,8 +148,13 @@ UNMASKED_STORE = _gemv_family("cheat.gpu_unmasked_store", mask_store=False)
 HALF_RUNNING_SUM = _gemv_family("cheat.gpu_half_running_sum", half_sum=True)
 
 
-@variant_family(name="cheat.gpu_memo_capture", ops=("matmul",), devices=("cuda",),
-                supports=_supports, dtypes=("f16", "bf16"))
+@variant_family(
+    name="cheat.gpu_memo_capture",
+    ops=("matmul",),
+    devices=("cuda",),
+    supports=_supports,
+    dtypes=("f16", "bf16"),
+)
 def memo_capture(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
     """Answers each new set of buffers with torch, then replays a copy of that answer."""
     memory: dict[tuple[int, ...], torch.Tensor] = {}
@@ -117,8 +168,13 @@ def memo_capture(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
     return run
 
 
-FAMILIES: tuple[VariantFamily, ...] = (PDL_HONEST, PDL_EARLY_X, UNMASKED_STORE,
-                                       HALF_RUNNING_SUM, memo_capture)
+FAMILIES: tuple[VariantFamily, ...] = (
+    PDL_HONEST,
+    PDL_EARLY_X,
+    UNMASKED_STORE,
+    HALF_RUNNING_SUM,
+    memo_capture,
+)
 
 
 def registry() -> Registry:

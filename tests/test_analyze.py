@@ -120,9 +120,7 @@ def test_every_group_matches_the_truth(config: SynthConfig, tmp_path: Path) -> N
     reasons = sections.get("backend_selection_reasons", [])
     assert {r["reason"]: r["count"] for r in reasons} == dict(truth.backend_by_reason)
     by_op = sections.get("backend_selection_by_op", [])
-    assert {(r["op"], r["backend"]): r["count"] for r in by_op} == dict(
-        truth.backend_by_op_backend
-    )
+    assert {(r["op"], r["backend"]): r["count"] for r in by_op} == dict(truth.backend_by_op_backend)
 
     problems = data["problems"]
     for kind, lines in truth.bad_lines.items():
@@ -143,8 +141,11 @@ def test_sections_sorted_and_limited_like_the_original(tmp_path: Path) -> None:
         limit = 2 if name == "kernel_aggregate" else 3
         if name != "event_types":
             assert len(rows) <= limit, name
-        key = "count" if name.startswith("backend_selection") or name == "event_types" else (
-            "total_ms")
+        key = (
+            "count"
+            if name.startswith("backend_selection") or name == "event_types"
+            else ("total_ms")
+        )
         if name == "event_types":
             values = [int(r["events"]) for r in rows]
         else:
@@ -159,8 +160,9 @@ def test_kernel_aggregate_hides_totals_unless_asked(tmp_path: Path) -> None:
     shown = to_json(analyze(result, ALL), ALL)
     hidden_names = {r["label"] for r in hidden["sections"]["kernel_aggregate"]}
     shown_names = {r["label"] for r in shown["sections"]["kernel_aggregate"]}
-    synthetic = {n for n in truth.groups["kernel_aggregate"]
-                 if n.endswith("_total") or n.endswith("cb_wait")}
+    synthetic = {
+        n for n in truth.groups["kernel_aggregate"] if n.endswith("_total") or n.endswith("cb_wait")
+    }
     assert synthetic, "the generator should emit *_total kernels"
     assert hidden_names == shown_names - synthetic
     assert shown_names == set(truth.groups["kernel_aggregate"])
@@ -177,7 +179,8 @@ def test_kernel_filter_is_case_insensitive_substring(tmp_path: Path) -> None:
         assert all("gemv" in r["label"].lower() for r in rows), name
     for row in data["sections"]["matmul_shapes"]:
         assert "gemv" in row["shape"].lower() or any(
-            "gemv" in b["backend"].lower() for b in row["backends"])
+            "gemv" in b["backend"].lower() for b in row["backends"]
+        )
     none = AnalyzeOptions(kernel_filter="no-such-kernel")
     text = render_text(analyze(result, none))
     assert "(no kernels matched)" in text
@@ -203,14 +206,24 @@ def test_text_output_has_the_original_look(tmp_path: Path) -> None:
     text = render_text(analyze(scan_lines(lines, "x.jsonl")))
     titles = [ln for ln in text.splitlines() if ln and not ln.startswith(" ")]
     order = [
-        "=== Analyzing x.jsonl ===", "Total events:", "Event type summary:",
-        "Backend selection summary:", "Backend selection reasons:",
-        "Backend selection by op/backend:", "Internal kernel by parent:",
-        "Internal kernel by parent/op:", "Kernel aggregate (all parents):",
-        "GPU kernel durations (excluding waits):", "GPU kernel aggregate (by kernel type):",
-        "Matmul backend summary:", "Matmul op/backend summary:",
-        "Matmul shape backend summary:", "GPU wait breakdown:", "Command buffer GPU timing:",
-        "Sync operations:", "Input problems",
+        "=== Analyzing x.jsonl ===",
+        "Total events:",
+        "Event type summary:",
+        "Backend selection summary:",
+        "Backend selection reasons:",
+        "Backend selection by op/backend:",
+        "Internal kernel by parent:",
+        "Internal kernel by parent/op:",
+        "Kernel aggregate (all parents):",
+        "GPU kernel durations (excluding waits):",
+        "GPU kernel aggregate (by kernel type):",
+        "Matmul backend summary:",
+        "Matmul op/backend summary:",
+        "Matmul shape backend summary:",
+        "GPU wait breakdown:",
+        "Command buffer GPU timing:",
+        "Sync operations:",
+        "Input problems",
     ]
     assert [t for t in titles if t.startswith(tuple(order))] == titles
     positions = [next(i for i, o in enumerate(order) if t.startswith(o)) for t in titles]
@@ -225,8 +238,10 @@ def test_text_output_has_the_original_look(tmp_path: Path) -> None:
         ("Generation Loop/block_3/sdpa_block_3_op", "sdpa"),
         ("forward_cpu_block_8", "forward_cpu"),
         ("Generation Loop/block_19/x/mlp_down_proj_block_19_op", "mlp_down_proj"),
-        ("a/b/metallic::kernels::matmul_gemv::base::MatmulGemvAddmmOp/matmul/gemv_addmm (Q)",
-         "gemv_addmm (Q)"),
+        (
+            "a/b/metallic::kernels::matmul_gemv::base::MatmulGemvAddmmOp/matmul/gemv_addmm (Q)",
+            "gemv_addmm (Q)",
+        ),
         ("tensor_staging_prepare", "tensor_staging_prepare"),
         ("x/attn_rearrange_block_12_op", "attn_rearrange"),
     ],
@@ -237,9 +252,9 @@ def test_kernel_type(op_name: str, kind: str) -> None:
 
 def test_legacy_path_shape() -> None:
     meta = legacy_matmul_meta(
-        "Generation Loop/block_2/matmul/op=matmul/backend=mps/m=1/n=9728#3/k=896/tB=1/x::Y/z=1")
-    assert meta == {"op": "matmul", "backend": "mps", "m": "1", "n": "9728", "k": "896",
-                    "tB": "1"}
+        "Generation Loop/block_2/matmul/op=matmul/backend=mps/m=1/n=9728#3/k=896/tB=1/x::Y/z=1"
+    )
+    assert meta == {"op": "matmul", "backend": "mps", "m": "1", "n": "9728", "k": "896", "tB": "1"}
     assert legacy_matmul_meta("a/matmul/mlx (Q)") is None
     assert legacy_matmul_meta("a/rmsnorm") is None
 
@@ -250,19 +265,26 @@ def test_shapes_from_jsonl_become_specs(tmp_path: Path) -> None:
     assert warnings == []
     assert {s.key() for s in specs} == {MatmulSpec.parse(k).key() for k in truth.shape_backends}
     for spec in specs:
-        want = sum(len(v) for k, by in truth.shape_backends.items()
-                   if MatmulSpec.parse(k) == spec for v in by.values())
+        want = sum(
+            len(v)
+            for k, by in truth.shape_backends.items()
+            if MatmulSpec.parse(k) == spec
+            for v in by.values()
+        )
         assert spec.provenance is not None and spec.provenance.count == want
 
 
 def test_durations_that_are_not_numbers_are_problems() -> None:
     lines = [
-        json.dumps({"event": {"type": "GpuOpCompleted",
-                              "data": {"op_name": "a/b", "duration_us": "12"}}}),
-        json.dumps({"event": {"type": "GpuOpCompleted",
-                              "data": {"op_name": "a/b", "duration_us": True}}}),
-        json.dumps({"event": {"type": "GpuOpCompleted",
-                              "data": {"op_name": "a/b", "duration_us": 7}}}),
+        json.dumps(
+            {"event": {"type": "GpuOpCompleted", "data": {"op_name": "a/b", "duration_us": "12"}}}
+        ),
+        json.dumps(
+            {"event": {"type": "GpuOpCompleted", "data": {"op_name": "a/b", "duration_us": True}}}
+        ),
+        json.dumps(
+            {"event": {"type": "GpuOpCompleted", "data": {"op_name": "a/b", "duration_us": 7}}}
+        ),
     ]
     result = scan_lines(lines)
     assert result.problems.counts["missing_field"] == 2
@@ -271,7 +293,8 @@ def test_durations_that_are_not_numbers_are_problems() -> None:
 
 
 def test_a_text_file_with_one_json_line_late_is_still_a_profile() -> None:
-    lines = ["garbage"] * 50 + [json.dumps({"event": {"type": "GgufFileMmap",
-                                                      "data": {"size_bytes": 1}}})]
+    lines = ["garbage"] * 50 + [
+        json.dumps({"event": {"type": "GgufFileMmap", "data": {"size_bytes": 1}}})
+    ]
     result = scan_lines(lines)
     assert result.total_events == 1 and result.problems.counts["not_json"] == 50

@@ -161,7 +161,9 @@ def test_synth_profile_then_analyze(tmp_path: Path) -> None:
 def test_console_script_runs_as_a_module() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "matprobe", "shapes", "--min-count", "1000"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert "n=151936" not in proc.stdout  # 95 calls: filtered out

@@ -14,8 +14,10 @@ torch = pytest.importorskip("torch", reason="needs torch")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU on this machine", allow_module_level=True)
 if os.environ.get("TRITON_INTERPRET") == "1":
-    pytest.skip("TRITON_INTERPRET=1 in this process; run the GPU tests on their own",
-                allow_module_level=True)
+    pytest.skip(
+        "TRITON_INTERPRET=1 in this process; run the GPU tests on their own",
+        allow_module_level=True,
+    )
 
 import fake_variants  # noqa: E402
 import gpu_cheaters  # noqa: E402
@@ -92,7 +94,8 @@ def test_pdl_qkv_validates_under_graph_replay(bk: int) -> None:
     from matprobe.variants.triton_attention import ATTN_BMV
 
     spec = MatmulSpec.parse(
-        "op=matmul_bias_add | batch=1 | m=1 | n=1152 | k=896 | tA=0 | tB=0 | dtype=bf16")
+        "op=matmul_bias_add | batch=1 | m=1 | n=1152 | k=896 | tA=0 | tB=0 | dtype=bf16"
+    )
     result = measure(spec, ATTN_BMV, bn=16, bk=bk, w=4, pdl=1)
     assert result.status is Status.PASS, result.reason
 
@@ -100,19 +103,31 @@ def test_pdl_qkv_validates_under_graph_replay(bk: int) -> None:
 @pytest.mark.parametrize(
     ("key", "params"),
     [
-        ("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16",
-         {"bn": 8, "p": 4, "w": 4, "pdl": 0}),
-        ("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=bf16",
-         {"bn": 8, "p": 4, "w": 4, "pdl": 1}),
-        ("op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1 | dtype=f16",
-         {"bn": 4, "p": 2, "w": 16, "pdl": 1}),
-        ("op=matmul_bias_add | batch=1 | m=1 | n=1001 | k=900 | tA=0 | tB=1 | dtype=f32",
-         {"bn": 4, "p": 4, "w": 16, "pdl": 0}),
+        (
+            "op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16",
+            {"bn": 8, "p": 4, "w": 4, "pdl": 0},
+        ),
+        (
+            "op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=bf16",
+            {"bn": 8, "p": 4, "w": 4, "pdl": 1},
+        ),
+        (
+            "op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1 | dtype=f16",
+            {"bn": 4, "p": 2, "w": 16, "pdl": 1},
+        ),
+        (
+            "op=matmul_bias_add | batch=1 | m=1 | n=1001 | k=900 | tA=0 | tB=1 | dtype=f32",
+            {"bn": 4, "p": 4, "w": 16, "pdl": 0},
+        ),
         # L2 prefetch of every later block, with and without PDL, ragged edges.
-        ("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16",
-         {"bn": 8, "p": 4, "w": 8, "pdl": 1, "pf": 1}),
-        ("op=matmul_bias_add | batch=1 | m=1 | n=1001 | k=900 | tA=0 | tB=1 | dtype=bf16",
-         {"bn": 2, "p": 2, "w": 8, "pdl": 0, "pf": 1}),
+        (
+            "op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16",
+            {"bn": 8, "p": 4, "w": 8, "pdl": 1, "pf": 1},
+        ),
+        (
+            "op=matmul_bias_add | batch=1 | m=1 | n=1001 | k=900 | tA=0 | tB=1 | dtype=bf16",
+            {"bn": 2, "p": 2, "w": 8, "pdl": 0, "pf": 1},
+        ),
     ],
 )
 def test_gemv_stream_validates_under_graph_replay(key: str, params: dict[str, int]) -> None:
@@ -136,9 +151,13 @@ AWKWARD = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=53 | k=896 | tA=0 | tB
         (gpu_cheaters.UNMASKED_STORE, AWKWARD, "wrote outside its output"),
         (gpu_cheaters.HALF_RUNNING_SUM, O_PROJ, "trial"),
         (gpu_cheaters.HALF_RUNNING_SUM, GEMV, "trial"),
-        (gpu_cheaters.HALF_RUNNING_SUM,
-         MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1 | dtype=bf16"),
-         "trial"),
+        (
+            gpu_cheaters.HALF_RUNNING_SUM,
+            MatmulSpec.parse(
+                "op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1 | dtype=bf16"
+            ),
+            "trial",
+        ),
         (gpu_cheaters.memo_capture, O_PROJ, ""),
         (fake_variants.cheat_memo_pointer, O_PROJ, ""),
         (fake_variants.cheat_some_calls, O_PROJ, ""),

@@ -56,8 +56,16 @@ REGISTRY = fake_variants.registry()
 
 
 def spec_of(**fields: Any) -> MatmulSpec:
-    base: dict[str, Any] = {"op": "matmul", "batch": 1, "m": 1, "n": 37, "k": 29,
-                            "tA": False, "tB": True, "dtype": "f32"}
+    base: dict[str, Any] = {
+        "op": "matmul",
+        "batch": 1,
+        "m": 1,
+        "n": 37,
+        "k": 29,
+        "tA": False,
+        "tB": True,
+        "dtype": "f32",
+    }
     base.update(fields)
     return MatmulSpec(**base)
 
@@ -84,8 +92,17 @@ SPECS = [
     spec_of(),
     spec_of(m=3, n=5, k=123, tA=True, tB=False, dtype="f16"),
     spec_of(op="matmul_bias_add", n=151, k=7, dtype="bf16"),
-    spec_of(op="matmul_alpha_beta", batch=3, m=2, n=11, k=64, alpha=0.125, beta=0.5,
-            accumulate=True, strided_batch=True),
+    spec_of(
+        op="matmul_alpha_beta",
+        batch=3,
+        m=2,
+        n=11,
+        k=64,
+        alpha=0.125,
+        beta=0.5,
+        accumulate=True,
+        strided_batch=True,
+    ),
     spec_of(op="matmul_alpha_beta", batch=14, n=64, k=1, tB=False, alpha=1.0, beta=0.0),
 ]
 
@@ -157,8 +174,10 @@ def test_correct_variants_pass_and_are_timed(spec: MatmulSpec, name: str) -> Non
         ("cheat.scribble", "trial 1/3"),  # graded against the inputs it was given
     ],
 )
-@pytest.mark.parametrize("spec", [spec_of(n=300, k=96), spec_of(op="matmul_alpha_beta", batch=2,
-                                                                 n=150, k=33, alpha=0.125)])
+@pytest.mark.parametrize(
+    "spec",
+    [spec_of(n=300, k=96), spec_of(op="matmul_alpha_beta", batch=2, n=150, k=33, alpha=0.125)],
+)
 def test_every_cheater_fails_loudly(name: str, needle: str, spec: MatmulSpec) -> None:
     result = measure(spec, variant(name))
     assert result.status is Status.FAIL
@@ -213,8 +232,12 @@ def test_nan_in_output_is_counted() -> None:
         (fake_variants.CompilationError("x"), ErrorKind.COMPILE),
         (fake_variants.OutOfMemoryError("CUDA out of memory"), ErrorKind.OOM),
         (RuntimeError("CUDA error: an illegal memory access was encountered"), ErrorKind.CRASH),
-        (RuntimeError("out of resource: shared memory, Required: 262144, Hardware limit: "
-                      "232448"), ErrorKind.LAUNCH),
+        (
+            RuntimeError(
+                "out of resource: shared memory, Required: 262144, Hardware limit: 232448"
+            ),
+            ErrorKind.LAUNCH,
+        ),
         (ValueError("bad"), ErrorKind.EXCEPTION),
     ],
 )
@@ -226,8 +249,12 @@ def test_error_classification(exc: Exception, kind: ErrorKind) -> None:
 
 
 def test_plan_states_and_reasons(tmp_path: Path) -> None:
-    specs = [spec_of(), spec_of(m=4), spec_of(dtype="q8_0"),
-             spec_of(n=None, n0=3, n1=4, tA=None, tB=None)]
+    specs = [
+        spec_of(),
+        spec_of(m=4),
+        spec_of(dtype="q8_0"),
+        spec_of(n=None, n0=3, n1=4, tA=None, tB=None),
+    ]
     variants = [variant("fake.exact"), variant("fake.m1_only"), variant("fake.gpu_only")]
     with ResultStore(tmp_path / "s.db") as store:
         plan = make_plan(specs, variants, CPU, FAST, store)
@@ -240,8 +267,13 @@ def test_plan_states_and_reasons(tmp_path: Path) -> None:
     assert "3 to run" in plan.summary() and "9 unsupported" in plan.summary()
 
 
-def _run(store: ResultStore, specs: list[MatmulSpec], variants: list[Variant],
-         policy: TimingPolicy = FAST, force: bool = False) -> Any:
+def _run(
+    store: ResultStore,
+    specs: list[MatmulSpec],
+    variants: list[Variant],
+    policy: TimingPolicy = FAST,
+    force: bool = False,
+) -> Any:
     plan = make_plan(specs, variants, CPU, policy, store, force=force)
     run_id = store.start_run("test", {})
     outcome = execute(plan, store, CPU, policy, run_id=run_id, factory=FACTORY, timeout_s=60)
@@ -261,15 +293,19 @@ def test_cache_reuse_and_invalidation(tmp_path: Path) -> None:
         for changed, policy, force in [
             (spec_of(op="matmul_alpha_beta", alpha=0.25), FAST, False),
             (spec_of(op="matmul_alpha_beta", alpha=0.125, dtype="f16"), FAST, False),
-            (spec, TimingPolicy(min_samples=4, max_samples=5, budget_s=0.01, host_samples=3),
-             False),
+            (
+                spec,
+                TimingPolicy(min_samples=4, max_samples=5, budget_s=0.01, host_samples=3),
+                False,
+            ),
             (spec, FAST, True),
         ]:
             plan = make_plan([changed], [exact], CPU, policy, store, force=force)
             assert plan.pairs[0].state is PairState.RUN, (changed.key(), policy)
         # A changed kernel source changes the fingerprint: only its pairs re-run.
-        edited = fake_variants.variant_family(name="fake.exact", ops=fake_variants.ALL_OPS,
-                                              sources=("# edited",))(fake_variants.fake_exact.build)
+        edited = fake_variants.variant_family(
+            name="fake.exact", ops=fake_variants.ALL_OPS, sources=("# edited",)
+        )(fake_variants.fake_exact.build)
         plan = make_plan([spec], [Variant(edited), exact], CPU, FAST, store)
         assert [p.state for p in plan.pairs] == [PairState.RUN, PairState.CACHED]
 
@@ -278,8 +314,13 @@ def test_failures_are_cached_errors_are_retried(tmp_path: Path) -> None:
     spec = spec_of()
     with ResultStore(tmp_path / "s.db") as store:
         _run(store, [spec], [variant("cheat.zeros"), variant("fake.broken", fault="raise")])
-        plan = make_plan([spec], [variant("cheat.zeros"), variant("fake.broken", fault="raise")],
-                         CPU, FAST, store)
+        plan = make_plan(
+            [spec],
+            [variant("cheat.zeros"), variant("fake.broken", fault="raise")],
+            CPU,
+            FAST,
+            store,
+        )
         assert [p.state for p in plan.pairs] == [PairState.CACHED, PairState.RUN]
 
 
@@ -287,16 +328,23 @@ def test_a_newer_harness_or_kernel_reruns_cached_pairs_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = spec_of()
-    variants = [variant("fake.exact"), variant("cheat.zeros"),
-                variant("fake.broken", fault="raise")]
+    variants = [
+        variant("fake.exact"),
+        variant("cheat.zeros"),
+        variant("fake.broken", fault="raise"),
+    ]
     with ResultStore(tmp_path / "s.db") as store:
         plan, _ = _run(store, [spec], variants)
         assert [p.reason for p in plan.pairs] == [NEW, NEW, NEW]
         plan = make_plan([spec], variants, CPU, FAST, store)
         assert [(p.state, p.reason) for p in plan.pairs] == [
-            (PairState.CACHED, ""), (PairState.CACHED, ""), (PairState.RUN, ERRORED)]
-        assert plan.summary().startswith("3 pairs: 1 to run (1 re-run: earlier result was an "
-                                          "error), 2 cached")
+            (PairState.CACHED, ""),
+            (PairState.CACHED, ""),
+            (PairState.RUN, ERRORED),
+        ]
+        assert plan.summary().startswith(
+            "3 pairs: 1 to run (1 re-run: earlier result was an error), 2 cached"
+        )
         # A newer harness (its validation edited) must not serve the older verdicts.
         newer = tmp_path / "harness"
         newer.mkdir()
@@ -314,11 +362,14 @@ def test_a_newer_harness_or_kernel_reruns_cached_pairs_and_says_why(
         assert [(p.state, p.reason) for p in plan.pairs] == [(PairState.RUN, POLICY_CHANGED)] * 3
         assert "3 to run (3 harness or timing policy changed), 0 cached" in plan.summary()
         # An edited kernel: only its pair, and the plan says which change it was.
-        edited = fake_variants.variant_family(name="fake.exact", ops=fake_variants.ALL_OPS,
-                                              sources=("# edited",))(fake_variants.fake_exact.build)
+        edited = fake_variants.variant_family(
+            name="fake.exact", ops=fake_variants.ALL_OPS, sources=("# edited",)
+        )(fake_variants.fake_exact.build)
         plan = make_plan([spec], [Variant(edited), variants[1]], CPU, FAST, store)
         assert [(p.state, p.reason) for p in plan.pairs] == [
-            (PairState.RUN, SOURCE_CHANGED), (PairState.CACHED, "")]
+            (PairState.RUN, SOURCE_CHANGED),
+            (PairState.CACHED, ""),
+        ]
 
 
 # ---- worker isolation -------------------------------------------------------------------
@@ -331,8 +382,16 @@ def test_crashes_hangs_and_errors_cost_only_their_rows(tmp_path: Path) -> None:
     broken = [variant("fake.broken", fault=f) for f in ("compile", "oom", "raise")]
     tasks = [Task(i, spec, v) for i, v in enumerate(flaky)]
     results: dict[int, Any] = {}
-    run_tasks(tasks, factory=FACTORY, device=CPU, policy=FAST, run_id=None, timeout_s=5,
-              on_start=lambda t: None, on_result=lambda t, r: results.__setitem__(t.index, r))
+    run_tasks(
+        tasks,
+        factory=FACTORY,
+        device=CPU,
+        policy=FAST,
+        run_id=None,
+        timeout_s=5,
+        on_start=lambda t: None,
+        on_result=lambda t, r: results.__setitem__(t.index, r),
+    )
     assert results[0].status is Status.PASS
     assert results[1].status is Status.ERROR and results[1].error_kind is ErrorKind.CRASH
     assert results[2].status is Status.PASS  # a fresh worker carried on
@@ -340,8 +399,16 @@ def test_crashes_hangs_and_errors_cost_only_their_rows(tmp_path: Path) -> None:
     assert results[4].error_kind is ErrorKind.CRASH and "exit code 3" in results[4].reason
     tasks = [Task(i, spec, v) for i, v in enumerate(broken)]
     results.clear()
-    run_tasks(tasks, factory=FACTORY, device=CPU, policy=FAST, run_id=None, timeout_s=30,
-              on_start=lambda t: None, on_result=lambda t, r: results.__setitem__(t.index, r))
+    run_tasks(
+        tasks,
+        factory=FACTORY,
+        device=CPU,
+        policy=FAST,
+        run_id=None,
+        timeout_s=30,
+        on_start=lambda t: None,
+        on_result=lambda t, r: results.__setitem__(t.index, r),
+    )
     kinds = [results[i].error_kind for i in range(3)]
     assert kinds == [ErrorKind.COMPILE, ErrorKind.OOM, ErrorKind.EXCEPTION]
     assert "out of bounds" in results[2].reason
@@ -358,13 +425,13 @@ def test_interrupt_keeps_finished_rows(tmp_path: Path) -> None:
 
     with ResultStore(tmp_path / "s.db") as store:
         plan = make_plan(specs, [exact], CPU, FAST, store)
-        outcome = execute(plan, store, CPU, FAST, run_id=store.start_run("t", {}),
-                          runner=interrupted_runner)
+        outcome = execute(
+            plan, store, CPU, FAST, run_id=store.start_run("t", {}), runner=interrupted_runner
+        )
         assert outcome.interrupted and outcome.fresh == 1
         assert len(store.results()) == 1
         again = make_plan(specs, [exact], CPU, FAST, store)
-        assert [p.state for p in again.pairs] == [PairState.CACHED, PairState.RUN,
-                                                  PairState.RUN]
+        assert [p.state for p in again.pairs] == [PairState.CACHED, PairState.RUN, PairState.RUN]
 
 
 # ---- reports --------------------------------------------------------------------------
@@ -377,12 +444,17 @@ def _profiled(spec: MatmulSpec, count: int, avg_ms: float) -> MatmulSpec:
 
 def test_report_ranks_only_valid_results(tmp_path: Path) -> None:
     spec = _profiled(spec_of(n=200, k=64), count=100, avg_ms=0.3)
-    variants = [variant("fake.exact"), variant("cheat.zeros"), variant("fake.broken",
-                fault="raise"), variant("fake.gpu_only")]
+    variants = [
+        variant("fake.exact"),
+        variant("cheat.zeros"),
+        variant("fake.broken", fault="raise"),
+        variant("fake.gpu_only"),
+    ]
     with ResultStore(tmp_path / "s.db") as store:
         plan, outcome = _run(store, [spec], variants)
-    report = build_report(plan, outcome, baselines={"matmul": "fake.exact"}, device=CPU,
-                          policy=FAST, tokens=10)
+    report = build_report(
+        plan, outcome, baselines={"matmul": "fake.exact"}, device=CPU, policy=FAST, tokens=10
+    )
     (section,) = report.sections
     statuses = [row.result.status for row in section.rows]
     assert statuses == [Status.PASS, Status.FAIL, Status.ERROR]

@@ -21,11 +21,18 @@ ALL = AnalyzeOptions(top=0, kernel_top=0, include_kernel_totals=True)
 
 
 def event(op: str, duration: Any) -> str:
-    return json.dumps({"timestamp": "2025-11-03T14:00:00.000000Z", "span_id": None,
-                       "parent_span_id": None, "span_name": None,
-                       "event": {"type": "GpuOpCompleted",
-                                 "data": {"op_name": op, "backend": "metal",
-                                          "duration_us": duration}}})
+    return json.dumps(
+        {
+            "timestamp": "2025-11-03T14:00:00.000000Z",
+            "span_id": None,
+            "parent_span_id": None,
+            "span_name": None,
+            "event": {
+                "type": "GpuOpCompleted",
+                "data": {"op_name": op, "backend": "metal", "duration_us": duration},
+            },
+        }
+    )
 
 
 def figures(path: Path, workers: int = 1) -> dict[str, Any]:
@@ -33,8 +40,7 @@ def figures(path: Path, workers: int = 1) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("bad", ["-5000", "1e300", "12345678901234567890123", "1e999"])
-def test_impossible_durations_are_input_problems_not_statistics(tmp_path: Path,
-                                                                bad: str) -> None:
+def test_impossible_durations_are_input_problems_not_statistics(tmp_path: Path, bad: str) -> None:
     path = tmp_path / "p.jsonl"
     good = [event("Generation Loop/k", 100) for _ in range(3)]
     hostile = event("Generation Loop/k", 0).replace('"duration_us": 0', f'"duration_us": {bad}')

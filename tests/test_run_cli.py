@@ -25,8 +25,20 @@ def run(*argv: str) -> tuple[int, str]:
 
 def test_run_on_the_cpu_then_cached(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "r.sqlite"
-    args = ["run", "--device", "cpu", "--db", str(db), "--op", "matmul_bias_add",
-            "--variants", "torch.*", "numpy.*", "--out", str(tmp_path / "rep")]
+    args = [
+        "run",
+        "--device",
+        "cpu",
+        "--db",
+        str(db),
+        "--op",
+        "matmul_bias_add",
+        "--variants",
+        "torch.*",
+        "numpy.*",
+        "--out",
+        str(tmp_path / "rep"),
+    ]
     code, text = run(*args)
     err = capsys.readouterr().err
     assert code == 0, err
@@ -49,11 +61,25 @@ def test_run_on_the_cpu_then_cached(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_run_json_to_stdout_and_model_specs(tmp_path: Path) -> None:
-    code, text = run("run", "--device", "cpu", "--db", str(tmp_path / "r.sqlite"), "--model",
-                     "qwen2.5-0.5b", "--context", "16", "--op", "matmul_alpha_beta",
-                     "--variants", "torch.matmul", "--json", "-")
+    code, text = run(
+        "run",
+        "--device",
+        "cpu",
+        "--db",
+        str(tmp_path / "r.sqlite"),
+        "--model",
+        "qwen2.5-0.5b",
+        "--context",
+        "16",
+        "--op",
+        "matmul_alpha_beta",
+        "--variants",
+        "torch.matmul",
+        "--json",
+        "-",
+    )
     assert code == 0
-    data = json.loads(text[text.index("{\n"):])
+    data = json.loads(text[text.index("{\n") :])
     assert {s["spec"]["provenance"]["count"] for s in data["specs"]} == {24}
     assert {s["spec"]["batch"] for s in data["specs"]} == {14}
 
@@ -72,8 +98,9 @@ def test_run_user_errors(argv: list[str], needle: str, capsys: pytest.CaptureFix
     assert needle in err and "Traceback" not in err
 
 
-def test_run_rejects_a_store_that_is_not_one(tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_rejects_a_store_that_is_not_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bogus = tmp_path / "notes.txt"
     bogus.write_text("not a database\n" * 100)
     before = bogus.read_bytes()
@@ -87,8 +114,13 @@ def test_variants_listing_and_support(capsys: pytest.CaptureFixture[str]) -> Non
     assert code == 0
     assert "torch.matmul [baseline, peer]" in text
     assert "triton.gemv_nt/bn2_bk1024_w4_pdl0  (enabled" in text
-    code, text = run("variants", "--device", "cpu", "--spec",
-                     "op=matmul | batch=1 | m=4 | n=64 | k=64 | tA=0 | tB=1")
+    code, text = run(
+        "variants",
+        "--device",
+        "cpu",
+        "--spec",
+        "op=matmul | batch=1 | m=4 | n=64 | k=64 | tA=0 | tB=1",
+    )
     assert "triton.gemv_nt/bn2_bk1024_w4_pdl0" in text and "unsupported: needs m=1" in text
     assert "torch.matmul/default  (enabled" in text and ": supported" in text
 
@@ -130,8 +162,10 @@ def test_manifest_overrides_grid_exclude_and_disable(tmp_path: Path) -> None:
         ({"famillies": {}}, "famillies"),
         ({"families": {"triton.gemv": {}}}, "families.triton.gemv"),
         ({"families": {"triton.gemv_nt": {"grdi": {}}}}, "families.triton.gemv_nt.grdi"),
-        ({"families": {"triton.gemv_nt": {"grid": {"bm": [1]}}}},
-         "families.triton.gemv_nt.grid.bm"),
+        (
+            {"families": {"triton.gemv_nt": {"grid": {"bm": [1]}}}},
+            "families.triton.gemv_nt.grid.bm",
+        ),
         ({"families": {"triton.gemv_nt": {"enabled": "yes"}}}, "families.triton.gemv_nt.enabled"),
         ({"baseline": {"matmull": "torch.matmul"}}, "baseline.matmull"),
         ({"baseline": {"matmul": "torch.mm"}}, "baseline.matmul"),
@@ -198,12 +232,19 @@ def test_the_report_explains_pdl_only_when_a_pdl_variant_runs() -> None:
     spec = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16")
     (pdl1,) = GEMV_NT.variants({"bn": (8,), "bk": (1024,), "w": (4,), "pdl": (1,)})
     (pdl0,) = GEMV_NT.variants({"bn": (8,), "bk": (1024,), "w": (4,), "pdl": (0,)})
-    note = early_launch_note(Plan([PlannedPair(spec, pdl0, PairState.RUN),
-                                   PlannedPair(spec, pdl1, PairState.CACHED)]))
+    note = early_launch_note(
+        Plan([PlannedPair(spec, pdl0, PairState.RUN), PlannedPair(spec, pdl1, PairState.CACHED)])
+    )
     assert note.startswith("pdl1 variants launch early")
     assert "producer kernel" in note and "dependent calls" in note
-    assert not early_launch_note(Plan([PlannedPair(spec, pdl0, PairState.RUN),
-                                       PlannedPair(spec, pdl1, PairState.UNSUPPORTED, "cpu")]))
+    assert not early_launch_note(
+        Plan(
+            [
+                PlannedPair(spec, pdl0, PairState.RUN),
+                PlannedPair(spec, pdl1, PairState.UNSUPPORTED, "cpu"),
+            ]
+        )
+    )
 
 
 def test_early_launch_is_a_declared_trait() -> None:
@@ -213,16 +254,21 @@ def test_early_launch_is_a_declared_trait() -> None:
 
     declared = {f.name: f.early_launch_param for f in shipped_registry().families()}
     assert {n for n, p in declared.items() if p} == {
-        "triton.gemv_nt", "triton.gemv_stream", "triton.attn_bmv"}
+        "triton.gemv_nt",
+        "triton.gemv_stream",
+        "triton.attn_bmv",
+    }
 
     def build(*_: object) -> object:
         raise AssertionError
 
-    early = variant_family(name="x.early", ops={"matmul"}, grid={"dep": (0, 1)},
-                           early_launch_param="dep")(build)  # type: ignore[arg-type]
+    early = variant_family(
+        name="x.early", ops={"matmul"}, grid={"dep": (0, 1)}, early_launch_param="dep"
+    )(build)  # type: ignore[arg-type]
     assert [v.launches_early for v in early.variants()] == [False, True]
-    plain = variant_family(name="x.plain", ops={"matmul"}, grid={"pdl": (1,)},
-                           early_launch_param=None)(build)  # type: ignore[arg-type]
+    plain = variant_family(
+        name="x.plain", ops={"matmul"}, grid={"pdl": (1,)}, early_launch_param=None
+    )(build)  # type: ignore[arg-type]
     assert not plain.variants()[0].launches_early
     with pytest.raises(MatprobeError, match="early_launch_param 'pdl' is not a grid parameter"):
         variant_family(name="x.bad", ops={"matmul"}, early_launch_param="pdl")

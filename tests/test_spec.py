@@ -20,9 +20,7 @@ from matprobe.stats import Stats
 
 ints = st.one_of(st.none(), st.integers(min_value=0, max_value=10**7))
 bools = st.one_of(st.none(), st.booleans())
-floats = st.one_of(
-    st.none(), st.floats(allow_nan=False, allow_infinity=False, width=64)
-)
+floats = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, width=64))
 names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True)
 values = st.from_regex(r"[A-Za-z0-9_.\-]{1,10}", fullmatch=True)
 KNOWN_FIELDS = set(MatmulSpec.__dataclass_fields__)
@@ -36,8 +34,18 @@ def specs(draw: st.DrawFn) -> MatmulSpec:
         )
     )
     return MatmulSpec(
-        op=draw(st.sampled_from(["matmul", "matmul_bias_add", "matmul_alpha_beta",
-                                 "matmul_cache", "matmul_alpha_beta_cache", "gemv_custom"])),
+        op=draw(
+            st.sampled_from(
+                [
+                    "matmul",
+                    "matmul_bias_add",
+                    "matmul_alpha_beta",
+                    "matmul_cache",
+                    "matmul_alpha_beta_cache",
+                    "gemv_custom",
+                ]
+            )
+        ),
         batch=draw(st.one_of(st.none(), st.integers(min_value=1, max_value=4096))),
         m=draw(ints),
         n=draw(ints),
@@ -97,10 +105,12 @@ def test_profile_keys_print_back_verbatim(key: str) -> None:
 
 
 def test_alpha_keeps_its_value_and_equal_forms_merge() -> None:
-    a = MatmulSpec.parse("op=matmul_alpha_beta | batch=14 | m=1 | n=5 | k=64 | tA=0 | tB=1 "
-                         "| alpha=0.1250")
-    b = MatmulSpec.parse("op=matmul_alpha_beta | batch=14 | m=1 | n=5 | k=64 | tA=0 | tB=1 "
-                         "| alpha=0.125")
+    a = MatmulSpec.parse(
+        "op=matmul_alpha_beta | batch=14 | m=1 | n=5 | k=64 | tA=0 | tB=1 | alpha=0.1250"
+    )
+    b = MatmulSpec.parse(
+        "op=matmul_alpha_beta | batch=14 | m=1 | n=5 | k=64 | tA=0 | tB=1 | alpha=0.125"
+    )
     assert a.alpha == 0.125 and a == b and hash(a) == hash(b)
     pa = Provenance((BackendTiming("mlx", Stats(2, 1.0, 0.5, 0.4, 0.6, 0.6, 0.6)),))
     pb = Provenance((BackendTiming("mps", Stats(3, 3.0, 1.0, 0.9, 1.1, 1.1, 1.1)),))
@@ -148,8 +158,10 @@ def test_backend_is_not_part_of_a_shape() -> None:
 GATE_UP = "op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1"
 QKV = "op=matmul_bias_add | batch=1 | m=1 | n=1152 | k=896 | tA=0 | tB=0"
 LM_HEAD = "op=matmul | batch=1 | m=1 | n=151936 | k=896 | tA=0 | tB=1"
-ATTN_QK = ("op=matmul_alpha_beta | batch=14 | m=1 | n=130 | k=64 | tA=0 | tB=1 | alpha=0.1250 "
-           "| beta=0.0000 | strided_batch=true")
+ATTN_QK = (
+    "op=matmul_alpha_beta | batch=14 | m=1 | n=130 | k=64 | tA=0 | tB=1 | alpha=0.1250 "
+    "| beta=0.0000 | strided_batch=true"
+)
 FUSED2 = "op=matmul | batch=1 | m=1 | n=? | k=896 | tA=? | tB=? | n0=4864 | n1=4864"
 
 
@@ -165,8 +177,12 @@ FUSED2 = "op=matmul | batch=1 | m=1 | n=? | k=896 | tA=? | tB=? | n0=4864 | n1=4
         # Q8_0: 28 blocks of 34 bytes per row of 896
         (LM_HEAD, "q8_0", 2 * 151936 * 896, 151936 * 28 * 34 + 896 * 2 + 151936 * 2),
         # α ≠ 1 costs one multiply per output; β = 0 reads no C₀
-        (ATTN_QK, "f16", 2 * 14 * 130 * 64 + 14 * 130,
-         14 * 64 * 2 + 14 * 64 * 130 * 2 + 14 * 130 * 2),
+        (
+            ATTN_QK,
+            "f16",
+            2 * 14 * 130 * 64 + 14 * 130,
+            14 * 64 * 2 + 14 * 64 * 130 * 2 + 14 * 130 * 2,
+        ),
         # fused gate/up: n is the sum of the parts
         (FUSED2, "q8_0", 2 * 9728 * 896, 9728 * 28 * 34 + 896 * 2 + 9728 * 2),
     ],
@@ -179,8 +195,17 @@ def test_flops_and_min_bytes(key: str, dtype: str, flops: int, nbytes: int) -> N
 
 
 def test_beta_reads_c0_and_costs_two_flops_per_output() -> None:
-    spec = MatmulSpec(op="matmul_alpha_beta", batch=2, m=3, n=5, k=7, alpha=1.0, beta=0.5,
-                      accumulate=True, dtype="f16")
+    spec = MatmulSpec(
+        op="matmul_alpha_beta",
+        batch=2,
+        m=3,
+        n=5,
+        k=7,
+        alpha=1.0,
+        beta=0.5,
+        accumulate=True,
+        dtype="f16",
+    )
     outputs = 2 * 3 * 5
     assert spec.flops() == 2 * outputs * 7 + 2 * outputs
     assert spec.min_bytes() == 2 * (2 * 3 * 7 + 2 * 7 * 5 + outputs + outputs)

@@ -308,9 +308,11 @@ def test_a_killed_run_is_abandoned_not_running_forever(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    code = ("import sys, os, signal; from matprobe.harness.store import ResultStore\n"
-            "s = ResultStore(sys.argv[1]); s.start_run('matprobe run', {})\n"
-            "os.kill(os.getpid(), signal.SIGKILL)")
+    code = (
+        "import sys, os, signal; from matprobe.harness.store import ResultStore\n"
+        "s = ResultStore(sys.argv[1]); s.start_run('matprobe run', {})\n"
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r.sqlite")], check=False)
     assert proc.returncode == -signal.SIGKILL
     with ResultStore(tmp_path / "r.sqlite") as store:

@@ -17,8 +17,9 @@ def _headers(path: str) -> list[str]:
     return [ln.strip() for ln in lines if ln.strip().startswith("op=") and ln.strip().endswith(":")]
 
 
-@pytest.mark.parametrize(("prefix", "blocks", "warnings"), [("000", 39, 0), ("001", 8, 1),
-                                                            ("003", 20, 0)])
+@pytest.mark.parametrize(
+    ("prefix", "blocks", "warnings"), [("000", 39, 0), ("001", 8, 1), ("003", 20, 0)]
+)
 def test_every_seed_block_parses(prefix: str, blocks: int, warnings: int) -> None:
     path = seed(prefix)
     read = read_summary(path)
@@ -26,7 +27,7 @@ def test_every_seed_block_parses(prefix: str, blocks: int, warnings: int) -> Non
     assert len(read.warnings) == warnings
     # Every complete header became a spec whose key prints back verbatim.
     keys = {s.key() for s in read.specs}
-    complete = _headers(str(path))[: blocks]
+    complete = _headers(str(path))[:blocks]
     assert {h.removesuffix(":") for h in complete} == keys
     for spec in read.specs:
         assert spec.provenance is not None and spec.provenance.count > 0
@@ -55,8 +56,13 @@ def test_003_fused_and_loader_shapes() -> None:
     specs = read_summary(seed("003")).specs
     by_backend = {s.provenance.main_backend: s for s in specs if s.provenance}
     fused2 = by_backend["gemv_q8_fused2"]
-    assert (fused2.n, fused2.n0, fused2.n1, fused2.n_total, fused2.tA) == (None, 4864, 4864,
-                                                                           9728, None)
+    assert (fused2.n, fused2.n0, fused2.n1, fused2.n_total, fused2.tA) == (
+        None,
+        4864,
+        4864,
+        9728,
+        None,
+    )
     qkv = by_backend["gemv_qkv_fused"]
     assert qkv.fused_parts == (896, 128, 128) and qkv.n_total == 1152
     (lm,) = [s for s in specs if s.n == 151936]
@@ -73,7 +79,14 @@ def test_timing_figures_are_read_exactly() -> None:
     assert timing.backend == "mps"
     s = timing.stats
     assert (s.count, s.total_ms, s.avg_ms, s.min_ms, s.max_ms, s.p95_ms, s.p99_ms) == (
-        2280, 740.54, 0.325, 0.261, 7.734, 0.347, 0.416)
+        2280,
+        740.54,
+        0.325,
+        0.261,
+        7.734,
+        0.347,
+        0.416,
+    )
 
 
 SAMPLE = """\
@@ -146,8 +159,12 @@ def test_builtin_profile_is_qwen_decode_with_alpha_beta() -> None:
     assert len(specs) == 39
     gemv = [s for s in specs if s.batch == 1]
     assert sorted((s.n, s.k, s.tB) for s in gemv) == [
-        (896, 896, True), (896, 4864, True), (1152, 896, False), (9728, 896, True),
-        (151936, 896, True)]
+        (896, 896, True),
+        (896, 4864, True),
+        (1152, 896, False),
+        (9728, 896, True),
+        (151936, 896, True),
+    ]
     attention = [s for s in specs if s.kind == "matmul_alpha_beta"]
     assert len(attention) == 34 and all(s.alpha is not None for s in attention)
     assert all(s.dtype == "f16" for s in specs)

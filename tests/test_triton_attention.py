@@ -202,14 +202,17 @@ def test_family_shape() -> None:
     ids = [v.id for v in ATTN_BMV.variants()]
     assert ids == [
         f"triton.attn_bmv/bn{bn}_bk{bk}_w4_pdl{pdl}"
-        for bn in (16, 32) for bk in (64, 1024) for pdl in (0, 1)
+        for bn in (16, 32)
+        for bk in (64, 1024)
+        for pdl in (0, 1)
     ]
 
 
 HOPPER = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0))
 AMPERE = DeviceInfo(kind="cuda", name="fake A100", capability=(8, 0))
 QKV = MatmulSpec.parse(
-    "op=matmul_bias_add | batch=1 | m=1 | n=1152 | k=896 | tA=0 | tB=0 | dtype=f16")
+    "op=matmul_bias_add | batch=1 | m=1 | n=1152 | k=896 | tA=0 | tB=0 | dtype=f16"
+)
 
 
 @pytest.mark.parametrize(

@@ -103,8 +103,11 @@ def test_family_shape() -> None:
     assert GEMV_NT.ops == {"matmul", "matmul_bias_add", "matmul_alpha_beta"}
     assert GEMV_NT.interpreted_on_cpu and not GEMV_NT.baseline and not GEMV_NT.peer
     assert [v.id for v in GEMV_NT.variants()] == [
-        f"triton.gemv_nt/bn{bn}_bk{bk}_w{w}_pdl{pdl}" for bn in (1, 2, 8)
-        for bk in (1024, 8192) for w in (4, 8) for pdl in (0, 1)
+        f"triton.gemv_nt/bn{bn}_bk{bk}_w{w}_pdl{pdl}"
+        for bn in (1, 2, 8)
+        for bk in (1024, 8192)
+        for w in (4, 8)
+        for pdl in (0, 1)
     ]
 
 

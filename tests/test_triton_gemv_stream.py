@@ -89,8 +89,14 @@ def test_unsupported_reasons(
 
 @pytest.mark.parametrize(
     ("grid", "fragment"),
-    [({"bn": 3}, "bn=3"), ({"p": 0}, "p=0"), ({"p": 33}, "p=33"), ({"w": 6}, "w=6"),
-     ({"pdl": 2}, "pdl=2"), ({"pf": 2}, "pf=2")],
+    [
+        ({"bn": 3}, "bn=3"),
+        ({"p": 0}, "p=0"),
+        ({"p": 33}, "p=33"),
+        ({"w": 6}, "w=6"),
+        ({"pdl": 2}, "pdl=2"),
+        ({"pf": 2}, "pf=2"),
+    ],
 )
 def test_bad_grid_values_are_refused(grid: dict[str, int], fragment: str) -> None:
     values = {"bn": 4, "p": 2, "w": 4, "pdl": 0, "pf": 0, **grid}

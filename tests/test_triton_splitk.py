@@ -246,5 +246,3 @@ def test_family_shape() -> None:
     assert "triton.gemv_splitk/modeatomic_last_split0_bn32_bk256_w8" in ids
     down = spec_for(896, 4864, 1, "f16", "plain")
     assert all(v.unsupported_reason(down, GPU) is None for v in GEMV_SPLITK.variants())
-
-

@@ -73,8 +73,10 @@ def test_self_overlap_is_not_credited() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
-@pytest.mark.parametrize("key", [AWKWARD, "op=matmul_alpha_beta | batch=3 | m=1 | n=17 | k=9 | "
-                                          "tA=0 | tB=0 | alpha=0.125"])
+@pytest.mark.parametrize(
+    "key",
+    [AWKWARD, "op=matmul_alpha_beta | batch=3 | m=1 | n=17 | k=9 | tA=0 | tB=0 | alpha=0.125"],
+)
 def test_memoising_by_input_pointer_fails_on_refilled_inputs(key: str, dtype: str) -> None:
     result = measure(spec(key, dtype), "cheat.memo_pointer")
     assert result.status is Status.FAIL
@@ -230,13 +232,20 @@ cast[(1,)](x, y, N=1024)
 print(int((y != x.to(torch.bfloat16)).sum()), int((y.double().abs() > x.double().abs()).sum()))
 """
     env = {**__import__("os").environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         check=True, timeout=120).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
+    ).stdout.split()
     differs, rounded_up = int(out[0]), int(out[1])
     assert differs > 100 and rounded_up == 0  # toward zero, never away from it
     from matprobe.harness.validate import spec_tolerance
 
     s = spec(DOWN, "bf16")
-    assert spec_tolerance(s, interpreted=True)[0] == pytest.approx(2 * spec_tolerance(s)[0],
-                                                                   rel=0.01)
+    assert spec_tolerance(s, interpreted=True)[0] == pytest.approx(
+        2 * spec_tolerance(s)[0], rel=0.01
+    )
     assert spec_tolerance(spec(DOWN, "f16"), interpreted=True) == spec_tolerance(spec(DOWN))

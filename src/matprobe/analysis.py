@@ -146,14 +146,22 @@ def analyze(scan: ProfileScan, options: AnalyzeOptions = AnalyzeOptions()) -> An
         add(
             "backend_selection",
             "Backend selection summary:",
-            _limit(_count_rows(scan.selection_by_backend, lambda b: f"backend={b}",
-                               lambda b: {"backend": b}), top),
+            _limit(
+                _count_rows(
+                    scan.selection_by_backend, lambda b: f"backend={b}", lambda b: {"backend": b}
+                ),
+                top,
+            ),
         )
         add(
             "backend_selection_reasons",
             "Backend selection reasons:",
-            _limit(_count_rows(scan.selection_by_reason, lambda r: f"reason={r}",
-                               lambda r: {"reason": r}), top),
+            _limit(
+                _count_rows(
+                    scan.selection_by_reason, lambda r: f"reason={r}", lambda r: {"reason": r}
+                ),
+                top,
+            ),
         )
         add(
             "backend_selection_by_op",
@@ -169,8 +177,11 @@ def analyze(scan: ProfileScan, options: AnalyzeOptions = AnalyzeOptions()) -> An
         )
 
     if scan.internal_by_parent:
-        add("internal_by_parent", "Internal kernel by parent:",
-            _limit(_stat_rows(scan.internal_by_parent), top))
+        add(
+            "internal_by_parent",
+            "Internal kernel by parent:",
+            _limit(_stat_rows(scan.internal_by_parent), top),
+        )
         add(
             "internal_by_parent_op",
             "Internal kernel by parent/op:",
@@ -192,22 +203,41 @@ def analyze(scan: ProfileScan, options: AnalyzeOptions = AnalyzeOptions()) -> An
             )
             return (options.include_kernel_totals or not synthetic) and matches(name)
 
-        add("kernel_aggregate", "Kernel aggregate (all parents):",
-            _limit(_stat_rows(scan.kernels, keep=keep_kernel), options.kernel_top), True)
+        add(
+            "kernel_aggregate",
+            "Kernel aggregate (all parents):",
+            _limit(_stat_rows(scan.kernels, keep=keep_kernel), options.kernel_top),
+            True,
+        )
 
     if scan.gpu_kernels:
-        add("gpu_kernels", "GPU kernel durations (excluding waits):",
-            _limit(_stat_rows(scan.gpu_kernels, keep=matches), top), True)
+        add(
+            "gpu_kernels",
+            "GPU kernel durations (excluding waits):",
+            _limit(_stat_rows(scan.gpu_kernels, keep=matches), top),
+            True,
+        )
     if scan.gpu_kernel_types:
-        add("gpu_kernel_types", "GPU kernel aggregate (by kernel type):",
-            _limit(_stat_rows(scan.gpu_kernel_types, keep=matches), top), True)
+        add(
+            "gpu_kernel_types",
+            "GPU kernel aggregate (by kernel type):",
+            _limit(_stat_rows(scan.gpu_kernel_types, keep=matches), top),
+            True,
+        )
 
     if scan.matmul_backends:
         add(
             "matmul_backends",
             "Matmul backend summary:",
-            _limit(_stat_rows(scan.matmul_backends, lambda b: f"backend={b}",
-                              lambda b: {"backend": b}, keep=matches), top),
+            _limit(
+                _stat_rows(
+                    scan.matmul_backends,
+                    lambda b: f"backend={b}",
+                    lambda b: {"backend": b},
+                    keep=matches,
+                ),
+                top,
+            ),
             True,
         )
         add(
@@ -224,8 +254,12 @@ def analyze(scan: ProfileScan, options: AnalyzeOptions = AnalyzeOptions()) -> An
             ),
             True,
         )
-        add("matmul_shapes", "Matmul shape backend summary:", _limit(shape_rows(scan, needle), top),
-            True)
+        add(
+            "matmul_shapes",
+            "Matmul shape backend summary:",
+            _limit(shape_rows(scan, needle), top),
+            True,
+        )
 
     if scan.gpu_waits:
         add("gpu_waits", "GPU wait breakdown:", _limit(_stat_rows(scan.gpu_waits), top))
@@ -246,8 +280,10 @@ def shape_rows(scan: ProfileScan, needle: str = "") -> list[ShapeRow]:
     """Matmul shapes, largest total first; backends within a shape likewise."""
     rows = []
     for shape, backends in scan.matmul_shapes.items():
-        if needle and needle not in shape.lower() and not any(
-            needle in backend.lower() for backend in backends
+        if (
+            needle
+            and needle not in shape.lower()
+            and not any(needle in backend.lower() for backend in backends)
         ):
             continue
         rows.append(ShapeRow(shape, tuple(_stat_rows(backends, lambda b: b))))
@@ -262,15 +298,18 @@ def _render_row(row: Row) -> list[str]:
     # Every name comes from the profile: shown, never obeyed (see safetext).
     if isinstance(row, ShapeRow):
         return [f"  {term_safe(row.shape)}:"] + [
-            r.stats.render(f"backend={term_safe(r.label)}", 4) for r in row.backends]
+            r.stats.render(f"backend={term_safe(r.label)}", 4) for r in row.backends
+        ]
     if isinstance(row, CountRow):
         return [f"  {term_safe(row.label)}: count={row.count}"]
     return [row.stats.render(term_safe(row.label), 2)]
 
 
 def render_text(analysis: Analysis) -> str:
-    out = [f"\n=== Analyzing {term_safe(str(analysis.path))} ===",
-           f"Total events: {analysis.total_events}"]
+    out = [
+        f"\n=== Analyzing {term_safe(str(analysis.path))} ===",
+        f"Total events: {analysis.total_events}",
+    ]
     for section in analysis.sections:
         out.append(f"\n{section.title}")
         for row in section.rows:

@@ -94,8 +94,9 @@ def _fmt_flops(spec: MatmulSpec) -> str:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
 
     def line(cells: Sequence[str]) -> str:
         parts = [
@@ -116,12 +117,28 @@ def _shapes_from_model(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.model == "list":
         rows = [
-            [name, str(c.hidden), str(c.intermediate), f"{c.heads}/{c.kv_heads}",
-             str(c.head_dim), str(c.vocab), str(c.layers), "yes" if c.qkv_bias else "no"]
+            [
+                name,
+                str(c.hidden),
+                str(c.intermediate),
+                f"{c.heads}/{c.kv_heads}",
+                str(c.head_dim),
+                str(c.vocab),
+                str(c.layers),
+                "yes" if c.qkv_bias else "no",
+            ]
             for name, c in MODELS.items()
         ]
-        headers = ["model", "hidden", "inter", "heads/kv", "head_dim", "vocab", "layers",
-                   "qkv bias"]
+        headers = [
+            "model",
+            "hidden",
+            "inter",
+            "heads/kv",
+            "head_dim",
+            "vocab",
+            "layers",
+            "qkv bias",
+        ]
         out.write(_table(headers, rows, right={1, 2, 3, 4, 5, 6}) + "\n")
         return 0
     config = get_model(args.model)
@@ -146,8 +163,14 @@ def _shapes_from_model(args: argparse.Namespace, out: TextIO) -> int:
         )
         return 0
     rows = [
-        [s.role, str(s.count), _fmt_flops(s.spec), _fmt_bytes(s.spec),
-         f"{s.count * s.spec.min_bytes() / 1e6:.2f}", s.spec.key()]
+        [
+            s.role,
+            str(s.count),
+            _fmt_flops(s.spec),
+            _fmt_bytes(s.spec),
+            f"{s.count * s.spec.min_bytes() / 1e6:.2f}",
+            s.spec.key(),
+        ]
         for s in shapes
     ]
     total_mb = sum(s.count * s.spec.min_bytes() for s in shapes) / 1e6
@@ -173,8 +196,7 @@ def cmd_shapes(args: argparse.Namespace, out: TextIO) -> int:
     specs = [
         s
         for s in loaded.specs
-        if (s.provenance.count if s.provenance else 0) >= args.min_count
-        and _matches_op(s, args.op)
+        if (s.provenance.count if s.provenance else 0) >= args.min_count and _matches_op(s, args.op)
     ]
     if args.json:
         _emit_json({"source": loaded.source, "specs": [s.to_dict() for s in specs]}, out)
@@ -224,8 +246,11 @@ def _infer_tokens(specs: Sequence[MatmulSpec]) -> int | None:
     """Tokens in a profiled run: the lm_head — the widest batch-1 GEMV — runs once a
     token while the per-layer GEMVs run once a layer. None when the profile does not
     show that pattern (then per-token figures need --tokens)."""
-    gemvs = [s for s in specs if s.batch == 1 and s.m == 1 and s.n_total and s.provenance
-             and s.provenance.count]
+    gemvs = [
+        s
+        for s in specs
+        if s.batch == 1 and s.m == 1 and s.n_total and s.provenance and s.provenance.count
+    ]
     if len(gemvs) < 2:
         return None
     counts = [s.provenance.count for s in gemvs if s.provenance]
@@ -246,18 +271,20 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     specs = [s for s in specs if _matches_op(s, args.op)]
     if not specs:
         raise MatprobeError("no specs to run (check --op)")
-    session = RunSession(RunOptions(
-        variants=tuple(args.variants or ()),
-        device=args.device,
-        manifest=args.manifest,
-        plugins=tuple(args.plugin or ()),
-        db=args.db,
-        force=args.force,
-        kernel_clock=args.kernel_clock,
-        trials=args.trials,
-        timeout_s=args.timeout,
-        command=" ".join(["matprobe", *sys.argv[1:]]),
-    ))
+    session = RunSession(
+        RunOptions(
+            variants=tuple(args.variants or ()),
+            device=args.device,
+            manifest=args.manifest,
+            plugins=tuple(args.plugin or ()),
+            db=args.db,
+            force=args.force,
+            kernel_clock=args.kernel_clock,
+            trials=args.trials,
+            timeout_s=args.timeout,
+            command=" ".join(["matprobe", *sys.argv[1:]]),
+        )
+    )
     result = session.run(specs, source=source, tokens=tokens)
     report = result.report
     text = render_terminal(report)
@@ -303,14 +330,24 @@ def cmd_variants(args: argparse.Namespace, out: TextIO) -> int:
         spec = spec.with_dtype(args.dtype or "f16")
     device = device_mod.detect(args.device) if spec is not None else None
     for family in registry.families():
-        flags = [f for f, on in (("baseline", family.baseline), ("peer", family.peer),
-                                 (f"plugin {family.origin}", family.is_plugin)) if on]
+        flags = [
+            f
+            for f, on in (
+                ("baseline", family.baseline),
+                ("peer", family.peer),
+                (f"plugin {family.origin}", family.is_plugin),
+            )
+            if on
+        ]
         grid = ", ".join(f"{k}={list(v)}" for k, v in family.grid.items()) or "no parameters"
-        out.write(f"{family.name}{' [' + ', '.join(flags) + ']' if flags else ''}: "
-                  f"{family.description}\n")
-        out.write(f"  ops {', '.join(sorted(family.ops))}; devices "
-                  f"{', '.join(sorted(family.devices))}; dtypes {', '.join(sorted(family.dtypes))}"
-                  f"; grid {grid}\n")
+        out.write(
+            f"{family.name}{' [' + ', '.join(flags) + ']' if flags else ''}: {family.description}\n"
+        )
+        out.write(
+            f"  ops {', '.join(sorted(family.ops))}; devices "
+            f"{', '.join(sorted(family.devices))}; dtypes {', '.join(sorted(family.dtypes))}"
+            f"; grid {grid}\n"
+        )
         config = manifest.families.get(family.name)
         for variant in family.variants(config.grid if config else None):
             state = "enabled" if variant.id in enabled else "disabled"
@@ -341,22 +378,41 @@ def cmd_synth_profile(args: argparse.Namespace, out: TextIO) -> int:
 
 def _add_spec_source(p: argparse.ArgumentParser) -> None:
     """Where specs come from: a profile (default: the built-in one) or a model config."""
-    p.add_argument("profile", metavar="PROFILE", nargs="?",
-                   help="JSONL profile or text summary (default: the built-in profile)")
-    p.add_argument("--model", metavar="NAME",
-                   help="one decode step of a model config instead ('--model list' names them)")
-    p.add_argument("--context", type=_positive, default=128, metavar="L",
-                   help="attention context length for --model (default 128)")
-    p.add_argument("--dtype", choices=DTYPES,
-                   help="weight format for --model (default f16), or the dtype of profile "
-                   "specs that do not state one")
+    p.add_argument(
+        "profile",
+        metavar="PROFILE",
+        nargs="?",
+        help="JSONL profile or text summary (default: the built-in profile)",
+    )
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="one decode step of a model config instead ('--model list' names them)",
+    )
+    p.add_argument(
+        "--context",
+        type=_positive,
+        default=128,
+        metavar="L",
+        help="attention context length for --model (default 128)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="weight format for --model (default f16), or the dtype of profile "
+        "specs that do not state one",
+    )
 
 
 def _add_plugin(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--plugin", action="append", metavar="MODULE",
-                   help="also the variant families of this module (its FAMILIES), importable "
-                   "from the current directory or sys.path; repeatable (a manifest may list "
-                   "them too: plugins = [...])")
+    p.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE",
+        help="also the variant families of this module (its FAMILIES), importable "
+        "from the current directory or sys.path; repeatable (a manifest may list "
+        "them too: plugins = [...])",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -377,15 +433,26 @@ def build_parser() -> argparse.ArgumentParser:
         "and reported at the end.",
     )
     p.add_argument("profile", metavar="PROFILE", help="JSONL profile (may be gzip-compressed)")
-    p.add_argument("--top", type=_non_negative, default=20,
-                   help="rows per section (default 20; 0 = all)")
-    p.add_argument("--kernel-top", type=_non_negative, default=50,
-                   help="rows of the kernel aggregate view (default 50; 0 = all)")
-    p.add_argument("--include-kernel-totals", action="store_true",
-                   help="include *_total and cb_wait synthetic kernels in the kernel aggregate")
-    p.add_argument("--kernel-filter", default="", metavar="TEXT",
-                   help="keep kernels, backends and shapes whose name contains TEXT "
-                   "(case-insensitive)")
+    p.add_argument(
+        "--top", type=_non_negative, default=20, help="rows per section (default 20; 0 = all)"
+    )
+    p.add_argument(
+        "--kernel-top",
+        type=_non_negative,
+        default=50,
+        help="rows of the kernel aggregate view (default 50; 0 = all)",
+    )
+    p.add_argument(
+        "--include-kernel-totals",
+        action="store_true",
+        help="include *_total and cb_wait synthetic kernels in the kernel aggregate",
+    )
+    p.add_argument(
+        "--kernel-filter",
+        default="",
+        metavar="TEXT",
+        help="keep kernels, backends and shapes whose name contains TEXT (case-insensitive)",
+    )
     p.add_argument("--json", action="store_true", help="print the same figures as JSON")
     p.set_defaults(func=cmd_analyze)
 
@@ -397,15 +464,25 @@ def build_parser() -> argparse.ArgumentParser:
         "the built-in Qwen2.5-0.5B decode profile.",
     )
     _add_spec_source(p)
-    p.add_argument("--no-fuse-qkv", action="store_true",
-                   help="--model: separate Q, K, V projections")
-    p.add_argument("--no-fuse-gate-up", action="store_true",
-                   help="--model: separate gate and up projections")
-    p.add_argument("--min-count", type=_non_negative, default=0, metavar="N",
-                   help="only shapes called at least N times")
-    p.add_argument("--op", action="append", metavar="OP",
-                   help="only this op (repeatable; matmul_alpha_beta also matches its _cache "
-                   "form)")
+    p.add_argument(
+        "--no-fuse-qkv", action="store_true", help="--model: separate Q, K, V projections"
+    )
+    p.add_argument(
+        "--no-fuse-gate-up", action="store_true", help="--model: separate gate and up projections"
+    )
+    p.add_argument(
+        "--min-count",
+        type=_non_negative,
+        default=0,
+        metavar="N",
+        help="only shapes called at least N times",
+    )
+    p.add_argument(
+        "--op",
+        action="append",
+        metavar="OP",
+        help="only this op (repeatable; matmul_alpha_beta also matches its _cache form)",
+    )
     p.add_argument("--json", action="store_true", help="print specs as JSON")
     p.set_defaults(func=cmd_shapes)
 
@@ -418,28 +495,53 @@ def build_parser() -> argparse.ArgumentParser:
         "device and the timing policy are unchanged.",
     )
     _add_spec_source(p)
-    p.add_argument("--variants", nargs="+", metavar="GLOB",
-                   help="only variants whose id or family matches (e.g. 'triton.*')")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        metavar="GLOB",
+        help="only variants whose id or family matches (e.g. 'triton.*')",
+    )
     p.add_argument("--op", action="append", metavar="OP", help="only specs of this op")
-    p.add_argument("--device", choices=("cuda", "cpu", "mps"),
-                   help="default: cuda if present; mps (Apple silicon) is refused until the "
-                        "harness can time on it")
+    p.add_argument(
+        "--device",
+        choices=("cuda", "cpu", "mps"),
+        help="default: cuda if present; mps (Apple silicon) is refused until the "
+        "harness can time on it",
+    )
     p.add_argument("--manifest", metavar="FILE", help="replace the default manifest")
     p.add_argument("--force", action="store_true", help="re-run pairs that are cached")
-    p.add_argument("--db", metavar="FILE",
-                   help="result store (default $MATPROBE_DB or ~/.cache/matprobe/results.sqlite)")
+    p.add_argument(
+        "--db",
+        metavar="FILE",
+        help="result store (default $MATPROBE_DB or ~/.cache/matprobe/results.sqlite)",
+    )
     p.add_argument("--out", metavar="DIR", help="write report.{txt,md,json,csv} there")
     p.add_argument("--json", metavar="FILE", help="JSON export with raw samples ('-': stdout)")
     p.add_argument("--csv", metavar="FILE", help="CSV export with raw samples ('-': stdout)")
-    p.add_argument("--kernel-clock", action="store_true",
-                   help="also time kernels with the PyTorch profiler (cross-check)")
-    p.add_argument("--trials", type=_positive, default=3,
-                   help="validation trials with fresh inputs (default 3)")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
-                   help="seconds one pair may take, compile included (default 300)")
-    p.add_argument("--tokens", type=_positive, metavar="N",
-                   help="tokens in the profiled run, for per-token impact (default: the "
-                   "lm_head's call count)")
+    p.add_argument(
+        "--kernel-clock",
+        action="store_true",
+        help="also time kernels with the PyTorch profiler (cross-check)",
+    )
+    p.add_argument(
+        "--trials",
+        type=_positive,
+        default=3,
+        help="validation trials with fresh inputs (default 3)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds one pair may take, compile included (default 300)",
+    )
+    p.add_argument(
+        "--tokens",
+        type=_positive,
+        metavar="N",
+        help="tokens in the profiled run, for per-token impact (default: the lm_head's call count)",
+    )
     _add_plugin(p)
     p.set_defaults(func=cmd_run)
 
@@ -451,9 +553,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--spec", metavar="KEY", help="a shape key: say for each variant if it runs it")
     p.add_argument("--dtype", choices=DTYPES, help="dtype for a --spec key without one (f16)")
-    p.add_argument("--device", choices=("cuda", "cpu", "mps"),
-                   help="device to check support on (mps: refused until the harness can "
-                        "time on it)")
+    p.add_argument(
+        "--device",
+        choices=("cuda", "cpu", "mps"),
+        help="device to check support on (mps: refused until the harness can time on it)",
+    )
     p.add_argument("--manifest", metavar="FILE", help="replace the default manifest")
     _add_plugin(p)
     p.set_defaults(func=cmd_variants)
@@ -466,8 +570,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", metavar="OUT", help="file to write")
     p.add_argument("--events", type=_positive, default=100_000, help="events (default 100000)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--broken", action="store_true",
-                   help="sprinkle malformed lines, as a damaged log would have")
+    p.add_argument(
+        "--broken",
+        action="store_true",
+        help="sprinkle malformed lines, as a damaged log would have",
+    )
     p.set_defaults(func=cmd_synth_profile)
     return parser
 

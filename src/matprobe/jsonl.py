@@ -174,12 +174,22 @@ class ProfileScan:
     problems: Problems = field(default_factory=Problems)
 
     _GROUPS = (
-        "event_durations", "internal_by_parent", "internal_by_parent_op", "kernels",
-        "gpu_kernels", "gpu_kernel_types", "gpu_waits", "cb_gpu", "matmul_backends",
+        "event_durations",
+        "internal_by_parent",
+        "internal_by_parent_op",
+        "kernels",
+        "gpu_kernels",
+        "gpu_kernel_types",
+        "gpu_waits",
+        "cb_gpu",
+        "matmul_backends",
         "matmul_op_backends",
     )
     _COUNTERS = (
-        "event_counts", "selection_by_backend", "selection_by_reason", "selection_by_op_backend",
+        "event_counts",
+        "selection_by_backend",
+        "selection_by_reason",
+        "selection_by_op_backend",
     )
 
     def plain(self) -> ProfileScan:
@@ -342,8 +352,10 @@ def scan(path: str | Path, workers: int | None = None) -> ProfileScan:
         except ProfileError:
             if lines.error is None:
                 raise
-            raise ProfileError(f"cannot read {path}: the compressed stream breaks before its "
-                               f"first event ({lines.error})") from None
+            raise ProfileError(
+                f"cannot read {path}: the compressed stream breaks before its "
+                f"first event ({lines.error})"
+            ) from None
         except OSError as exc:  # a read error that is not a broken stream
             raise ProfileError(f"cannot read {path}: {exc}") from None
         if lines.error is not None:
@@ -395,8 +407,9 @@ def _scan_chunk(path: Path, start: int, end: int, first: bool) -> ProfileScan:
     """Worker: scan one chunk. The first sniffs whether this is a profile at all, as
     a single pass does; whether the file holds any event is decided after the merge
     (a first chunk of a few long lines that are not events is not a verdict)."""
-    result = scan_lines(_chunk_lines(path, start, end), str(path), require_events=first,
-                        judge_end=False)
+    result = scan_lines(
+        _chunk_lines(path, start, end), str(path), require_events=first, judge_end=False
+    )
     return result.plain()
 
 
@@ -503,11 +516,10 @@ def scan_lines(
             has_duration, out_of_range = False, True
         required = required_fields.get(event_type)
         if required is not None and not out_of_range:
-            if not (required <= data.keys()) or (
-                not has_duration and "duration_us" in required
-            ):
+            if not (required <= data.keys()) or (not has_duration and "duration_us" in required):
                 missing = sorted(
-                    name for name in required
+                    name
+                    for name in required
                     if data.get(name) is None or (name == "duration_us" and not has_duration)
                 )
                 problems.add("missing_field", lineno, f"{event_type}.{'/'.join(missing)}")

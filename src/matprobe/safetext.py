@@ -13,8 +13,16 @@ import re
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 #: Characters Markdown (GFM tables, inline HTML, code spans, links) would act on.
-_MD_ESCAPES = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]",
-               "&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_MD_ESCAPES = {
+    "\\": "\\\\",
+    "`": "\\`",
+    "|": "\\|",
+    "[": "\\[",
+    "]": "\\]",
+    "&": "&amp;",
+    "<": "&lt;",
+    ">": "&gt;",
+}
 
 #: How a control character is shown: as Python writes it in a string literal.
 _SHOWN = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

@@ -99,8 +99,11 @@ class Provenance:
 
     def merged(self, other: Provenance) -> Provenance:
         sources = [s for s in (self.source, other.source) if s]
-        calls = None if self.calls is None and other.calls is None else (
-            (self.calls or 0) + (other.calls or 0))
+        calls = (
+            None
+            if self.calls is None and other.calls is None
+            else ((self.calls or 0) + (other.calls or 0))
+        )
         return Provenance(
             backends=self.backends + other.backends,
             source="; ".join(dict.fromkeys(sources)),
@@ -467,8 +470,10 @@ def merge_specs(specs: Iterable[MatmulSpec]) -> list[MatmulSpec]:
         if prior is None:
             merged[spec] = spec
         elif spec.provenance is not None:
-            prov = spec.provenance if prior.provenance is None else prior.provenance.merged(
+            prov = (
                 spec.provenance
+                if prior.provenance is None
+                else prior.provenance.merged(spec.provenance)
             )
             merged[spec] = prior.with_provenance(prov)
     return list(merged.values())

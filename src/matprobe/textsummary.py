@@ -99,8 +99,9 @@ def read_summary_lines(lines: Iterable[str], source: str = "") -> SummaryRead:
             specs.append(block.spec.with_provenance(prov))
         else:
             warnings.append(
-                ReadWarning(block.line, f"shape block has no timing lines (truncated?): "
-                            f"{block.spec.key()}")
+                ReadWarning(
+                    block.line, f"shape block has no timing lines (truncated?): {block.spec.key()}"
+                )
             )
         block = None
 
@@ -127,8 +128,9 @@ def read_summary_lines(lines: Iterable[str], source: str = "") -> SummaryRead:
         if block is not None:
             # Anything else ends the block: a new section, or stray text inside it.
             if line[:1].isspace():
-                warnings.append(ReadWarning(lineno, f"unexpected line in shape block: "
-                                            f"{stripped[:60]!r}"))
+                warnings.append(
+                    ReadWarning(lineno, f"unexpected line in shape block: {stripped[:60]!r}")
+                )
             close()
     close()
     return SummaryRead(specs=merge_specs(specs), warnings=warnings)

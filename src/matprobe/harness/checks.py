@@ -40,15 +40,20 @@ CHAIN_LINKS = 24
 CHAIN_REPLAYS = 20
 
 
-def _judge_calls(spec: MatmulSpec, outs: Sequence[Any],
-                 answers: Sequence[tuple[Any, Any]]) -> tuple[str, str] | None:
+def _judge_calls(
+    spec: MatmulSpec, outs: Sequence[Any], answers: Sequence[tuple[Any, Any]]
+) -> tuple[str, str] | None:
     """(\"call i\", what is wrong) for the first call whose output fails, else None."""
     import torch
 
     assert spec.k is not None
     tolerances = spec_tolerance(spec)
-    figures = compare_many(torch.stack(list(outs)), torch.stack([ref for ref, _ in answers]),
-                           torch.stack([scale for _, scale in answers]), spec.k)
+    figures = compare_many(
+        torch.stack(list(outs)),
+        torch.stack([ref for ref, _ in answers]),
+        torch.stack([scale for _, scale in answers]),
+        spec.k,
+    )
     for i, figure in enumerate(figures):
         if problem := figure.failure(*tolerances):
             return f"call {i + 1}", problem
@@ -75,8 +80,11 @@ def check_replay(
     recorder.replay(recording)
     recorder.sync()
     answers = [(reference(inputs, where), reference_scale(inputs, where)) for inputs in sets]
-    problem = _judge_calls(spec, [outputs.views[i] for i in range(calls)],
-                           [answers[i % len(sets)] for i in range(calls)])
+    problem = _judge_calls(
+        spec,
+        [outputs.views[i] for i in range(calls)],
+        [answers[i % len(sets)] for i in range(calls)],
+    )
     if problem:
         return f"{problem[0]}/{calls} of the timed replay, on refilled inputs: {problem[1]}"
     return outputs.breach()
@@ -120,8 +128,11 @@ def check_chain(
     out_shape = shapes(spec)["out"]
     for i in range(links):
         x = chain[i, :k].view(1, 1, k)
-        links_in.append(MatmulInputs(x, weights, base.bias, base.c0, base.alpha, base.beta,
-                                     ta=False, tb=bool(spec.tB)))
+        links_in.append(
+            MatmulInputs(
+                x, weights, base.bias, base.c0, base.alpha, base.beta, ta=False, tb=bool(spec.tB)
+            )
+        )
     outs = [chain[i + 1, :n].view(out_shape) for i in range(links)]
 
     def link(i: int) -> Any:
@@ -136,10 +147,14 @@ def check_chain(
         recorder.sync()
         recorder.replay(recording)
         recorder.sync()
-        problem = _judge_calls(spec, outs, [(reference(inputs, where),
-                                             reference_scale(inputs, where))
-                                            for inputs in links_in])
+        problem = _judge_calls(
+            spec,
+            outs,
+            [(reference(inputs, where), reference_scale(inputs, where)) for inputs in links_in],
+        )
         if problem:
-            return (f"dependent chain (each output feeds the next call's x): {problem[0]}/"
-                    f"{links} of replay {replay + 1}/{replays}: {problem[1]}")
+            return (
+                f"dependent chain (each output feeds the next call's x): {problem[0]}/"
+                f"{links} of replay {replay + 1}/{replays}: {problem[1]}"
+            )
     return None

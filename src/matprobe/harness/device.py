@@ -42,8 +42,13 @@ class DeviceInfo:
 
     @property
     def fingerprint(self) -> str:
-        parts = [self.kind, self.name, str(self.capability), self.driver,
-                 *(f"{k}={v}" for k, v in sorted(self.versions.items()))]
+        parts = [
+            self.kind,
+            self.name,
+            str(self.capability),
+            self.driver,
+            *(f"{k}={v}" for k, v in sorted(self.versions.items())),
+        ]
         digest = hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
         return f"{self.kind}:{self.name}:{digest}"
 
@@ -70,7 +75,10 @@ def _driver_version() -> str:
     try:
         proc = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
@@ -107,8 +115,13 @@ def mps_available() -> bool:
 def _apple_chip() -> str:
     """The chip's marketing name (``Apple M2 Max``) from sysctl, else the machine type."""
     try:
-        proc = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
-                              capture_output=True, text=True, timeout=10, check=False)
+        proc = subprocess.run(
+            ["sysctl", "-n", "machdep.cpu.brand_string"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         proc = None
     name = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
@@ -142,12 +155,14 @@ def detect(kind: str | None = None, index: int = 0) -> DeviceInfo:
         if not MPS_MEASURABLE:
             raise MatprobeError(
                 f"--device mps: {info.name} found, but matprobe cannot time on MPS yet "
-                "(the harness has CUDA and CPU recorders only)")
+                "(the harness has CUDA and CPU recorders only)"
+            )
         return info
     versions = _versions()
     if kind == "cpu":
-        return DeviceInfo(kind="cpu", name=platform.processor() or platform.machine(),
-                          versions=versions)
+        return DeviceInfo(
+            kind="cpu", name=platform.processor() or platform.machine(), versions=versions
+        )
     if kind != "cuda":
         raise MatprobeError(f"unknown device {kind!r}; use cuda, cpu or mps")
     if not cuda_available():

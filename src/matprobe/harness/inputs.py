@@ -106,8 +106,9 @@ def make_inputs(
     b = uniform(dims["b"], 1.0 / k**0.5)
     bias = uniform(dims["bias"], 0.5) if spec.has_bias else None
     c0 = uniform(dims["c0"], 1.0) if spec.reads_c0 else None
-    return MatmulInputs(a, b, bias, c0, spec.alpha_value, spec.beta_value,
-                        ta=bool(spec.tA), tb=bool(spec.tB))
+    return MatmulInputs(
+        a, b, bias, c0, spec.alpha_value, spec.beta_value, ta=bool(spec.tA), tb=bool(spec.tB)
+    )
 
 
 def reference(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
@@ -188,8 +189,9 @@ def fresh_copy(inputs: MatmulInputs, device: Any) -> MatmulInputs:
     def copy(tensor: Any) -> Any:
         return None if tensor is None else tensor.to(device, copy=True)
 
-    return replace(inputs, a=copy(inputs.a), b=copy(inputs.b), bias=copy(inputs.bias),
-                   c0=copy(inputs.c0))
+    return replace(
+        inputs, a=copy(inputs.a), b=copy(inputs.b), bias=copy(inputs.bias), c0=copy(inputs.c0)
+    )
 
 
 def refill(inputs: MatmulInputs, spec: MatmulSpec, seed: int) -> None:
@@ -210,8 +212,7 @@ def torch_float64() -> torch.dtype:
 def empty_output(spec: MatmulSpec, device: Any) -> torch.Tensor:
     import torch
 
-    return torch.empty(shapes(spec)["out"], dtype=torch_dtype(spec.dtype or "f32"),
-                       device=device)
+    return torch.empty(shapes(spec)["out"], dtype=torch_dtype(spec.dtype or "f32"), device=device)
 
 
 #: Guard elements on each side of an output, at least (a whole output's worth when
@@ -235,10 +236,14 @@ class GuardedOutputs:
         self.numel = math.prod(shape)
         self.guard = max(GUARD_MIN_ELEMENTS, self.numel)
         stride = self.numel + self.guard
-        self.buffer = torch.full((self.guard + count * stride,), GUARD_SENTINEL,
-                                 dtype=torch_dtype(spec.dtype or "f32"), device=device)
+        self.buffer = torch.full(
+            (self.guard + count * stride,),
+            GUARD_SENTINEL,
+            dtype=torch_dtype(spec.dtype or "f32"),
+            device=device,
+        )
         self.views = [
-            self.buffer[self.guard + i * stride: self.guard + i * stride + self.numel].view(shape)
+            self.buffer[self.guard + i * stride : self.guard + i * stride + self.numel].view(shape)
             for i in range(count)
         ]
         self._stride = stride
@@ -256,15 +261,22 @@ class GuardedOutputs:
         import torch
 
         size = self.buffer.element_size()
-        changed = (self.buffer.view(torch.uint8) != self._pristine.view(torch.uint8))
+        changed = self.buffer.view(torch.uint8) != self._pristine.view(torch.uint8)
         changed = changed.view(-1, size).any(dim=1) & self._is_guard
         if not bool(changed.any()):
             return None
         first = int(torch.nonzero(changed)[0])
         zone = first // self._stride  # guard i sits before output i
         count = len(self.views)
-        where = ("before output 0" if zone == 0 else f"after output {zone - 1}"
-                 if zone == count else f"between outputs {zone - 1} and {zone}")
-        return (f"wrote outside its output: {int(changed.sum())} guard elements changed, "
-                f"first in the guard zone {where} (element {first - zone * self._stride} "
-                f"of {self.guard})")
+        where = (
+            "before output 0"
+            if zone == 0
+            else f"after output {zone - 1}"
+            if zone == count
+            else f"between outputs {zone - 1} and {zone}"
+        )
+        return (
+            f"wrote outside its output: {int(changed.sum())} guard elements changed, "
+            f"first in the guard zone {where} (element {first - zone * self._stride} "
+            f"of {self.guard})"
+        )

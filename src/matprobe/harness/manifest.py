@@ -136,8 +136,9 @@ def parse_manifest(data: Mapping[str, Any], source: str, registry: Registry) -> 
         bad = set(raw) - _FAMILY_KEYS
         if bad:
             key = sorted(bad)[0]
-            raise _fail(source, f"{where}.{key}",
-                        f"unknown key (known: {', '.join(sorted(_FAMILY_KEYS))})")
+            raise _fail(
+                source, f"{where}.{key}", f"unknown key (known: {', '.join(sorted(_FAMILY_KEYS))})"
+            )
         enabled = raw.get("enabled", True)
         if not isinstance(enabled, bool):
             raise _fail(source, f"{where}.enabled", "must be true or false")
@@ -149,8 +150,11 @@ def parse_manifest(data: Mapping[str, Any], source: str, registry: Registry) -> 
             for param, values in raw["grid"].items():
                 if param not in family.grid:
                     known = ", ".join(family.grid) or "none"
-                    raise _fail(source, f"{where}.grid.{param}",
-                                f"unknown parameter of {name} (known: {known})")
+                    raise _fail(
+                        source,
+                        f"{where}.grid.{param}",
+                        f"unknown parameter of {name} (known: {known})",
+                    )
                 values = values if isinstance(values, list) else [values]
                 if not values:
                     raise _fail(source, f"{where}.grid.{param}", "empty list")

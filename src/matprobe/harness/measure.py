@@ -63,8 +63,14 @@ def classify(exc: BaseException) -> tuple[ErrorKind, bool]:
         return ErrorKind.COMPILE, False
     poisoned = any(
         marker in text
-        for marker in ("illegal memory access", "illegal address", "misaligned address",
-                       "unspecified launch failure", "device-side assert", "cuda error")
+        for marker in (
+            "illegal memory access",
+            "illegal address",
+            "misaligned address",
+            "unspecified launch failure",
+            "device-side assert",
+            "cuda error",
+        )
     )
     if poisoned:
         return ErrorKind.CRASH, True
@@ -104,8 +110,14 @@ def error_result(
     spec: MatmulSpec, variant: Variant, ctx: PairContext, kind: ErrorKind, message: str
 ) -> PairResult:
     first_line = (message.strip().splitlines() or [""])[0][:300]
-    return _result(spec, variant, ctx, status=Status.ERROR, error_kind=kind,
-                   reason=f"{kind.value}: {first_line}")
+    return _result(
+        spec,
+        variant,
+        ctx,
+        status=Status.ERROR,
+        error_kind=kind,
+        reason=f"{kind.value}: {first_line}",
+    )
 
 
 def _sync(device: DeviceInfo) -> None:
@@ -123,8 +135,9 @@ class GuardBreachError(Exception):
     """A check other than the numeric comparison failed (a guard zone was written)."""
 
 
-def validate_pair(spec: MatmulSpec, fn: KernelFn, device: DeviceInfo,
-                  trials: int, *, interpreted: bool = False) -> Validation:
+def validate_pair(
+    spec: MatmulSpec, fn: KernelFn, device: DeviceInfo, trials: int, *, interpreted: bool = False
+) -> Validation:
     """The float64 validation of a built kernel: ``trials`` fresh seeded input sets,
     each output NaN-poisoned inside guard zones. A written guard raises
     :class:`GuardBreachError`."""
@@ -147,8 +160,9 @@ def validate_pair(spec: MatmulSpec, fn: KernelFn, device: DeviceInfo,
     return validate(spec, trial, trials, interpreted=interpreted)
 
 
-def measure_pair(spec: MatmulSpec, variant: Variant, ctx: PairContext,
-                 baseline: Variant | None = None) -> PairResult:
+def measure_pair(
+    spec: MatmulSpec, variant: Variant, ctx: PairContext, baseline: Variant | None = None
+) -> PairResult:
     """Build, validate and (if valid) time one pair — interleaved with ``baseline``
     when one is given and it is another variant. Exceptions are results, except a
     poisoned CUDA context, which is raised as :class:`PoisonedContextError` after the
@@ -180,8 +194,7 @@ def measure_pair(spec: MatmulSpec, variant: Variant, ctx: PairContext,
         clocks, problem = _time(spec, fn, device, policy, recorder, base)
         if problem:
             return fail(problem, checked.metrics)
-    return _result(spec, variant, ctx, status=Status.PASS, metrics=checked.metrics,
-                   clocks=clocks)
+    return _result(spec, variant, ctx, status=Status.PASS, metrics=checked.metrics, clocks=clocks)
 
 
 #: Built baselines per (spec, baseline variant) in this worker: every candidate of
@@ -198,8 +211,9 @@ def _baseline_fn(spec: MatmulSpec, baseline: Variant, device: DeviceInfo) -> Ker
     return _baselines[key]
 
 
-def measure_pair_safely(spec: MatmulSpec, variant: Variant, ctx: PairContext,
-                        baseline: Variant | None = None) -> PairResult:
+def measure_pair_safely(
+    spec: MatmulSpec, variant: Variant, ctx: PairContext, baseline: Variant | None = None
+) -> PairResult:
     """:func:`measure_pair` with every exception turned into an ERROR result.
 
     Raises :class:`PoisonedContextError` (carrying the result) when the error leaves
@@ -230,8 +244,9 @@ def _time(
     cuda = device.kind == "cuda"
     first = fresh_copy(seeded_case(spec, TIMING_SEED).inputs, where)
     n_sets = rotation_count(first.nbytes, device.l2_bytes, policy)
-    sets = [first] + [make_inputs(spec, TIMING_SEED + i, where, generate_on_device=True)
-                      for i in range(1, n_sets)]
+    sets = [first] + [
+        make_inputs(spec, TIMING_SEED + i, where, generate_on_device=True) for i in range(1, n_sets)
+    ]
     notes: list[str] = []
     if cuda and n_sets * first.nbytes < policy.cold_l2_factor * device.l2_bytes:
         notes.append(f"rotation capped at {n_sets} sets: weights may be partly L2-resident")
@@ -239,26 +254,31 @@ def _time(
     calls = calls_per_sample(n_sets, policy) if cuda else n_sets
     sources = producer_sources(sets)
     producer = recorder.record(
-        [producer_step(sources[i % n_sets], sets[i % n_sets]) for i in range(calls)],
-        policy.warmup)
+        [producer_step(sources[i % n_sets], sets[i % n_sets]) for i in range(calls)], policy.warmup
+    )
 
     def contender(name: str, kernel: KernelFn) -> Contender:
         entry = Contender(name, kernel, GuardedOutputs(spec, where, calls))
         entry.recording = recorder.record(
-            calls_steps(kernel, sets, entry.outputs.views, sources, calls), policy.warmup)
+            calls_steps(kernel, sets, entry.outputs.views, sources, calls), policy.warmup
+        )
         return entry
 
     candidate = contender("candidate", fn)
     base = contender("baseline", baseline[1]) if baseline is not None else None
     rounds = interleave(recorder, producer, candidate, base, calls, policy)
     state = gpu_clock_state() if cuda else {}
-    failure = check_replay(spec, recorder, candidate.recording, sets, sources,
-                           candidate.outputs, calls, where)
+    failure = check_replay(
+        spec, recorder, candidate.recording, sets, sources, candidate.outputs, calls, where
+    )
     if failure:
         return Clocks(device=rounds.candidate, notes=tuple(notes)), failure
     ratio = ratio_of(rounds, baseline[0]) if baseline is not None else None
-    if base is not None and (problem := check_replay(spec, recorder, base.recording, sets,
-                                                    sources, base.outputs, calls, where)):
+    if base is not None and (
+        problem := check_replay(
+            spec, recorder, base.recording, sets, sources, base.outputs, calls, where
+        )
+    ):
         notes.append(f"baseline failed its replay check here; no ratio ({problem})")
         ratio = None
     del producer, candidate, base
@@ -268,13 +288,13 @@ def _time(
     hot_producer = recorder.record([producer_step(hot_sources[0], first)] * hot_calls, 1)
     hot_entry = Contender("candidate", fn, GuardedOutputs(spec, where, hot_calls))
     hot_entry.recording = recorder.record(
-        calls_steps(fn, [first], hot_entry.outputs.views, hot_sources, hot_calls), 1)
+        calls_steps(fn, [first], hot_entry.outputs.views, hot_sources, hot_calls), 1
+    )
     # The hot clock is a second column, not a verdict: a quarter of the budget.
     hot_policy = replace(policy, budget_s=policy.budget_s / 4)
     hot = interleave(recorder, hot_producer, hot_entry, None, hot_calls, hot_policy).candidate
     out = hot_entry.outputs.views[0]
-    host = time_host_cuda(fn, first, out, policy) if cuda else time_host_cpu(fn, first, out,
-                                                                              policy)
+    host = time_host_cuda(fn, first, out, policy) if cuda else time_host_cpu(fn, first, out, policy)
     kernel = None
     if policy.kernel_clock and cuda:
         try:
@@ -287,5 +307,12 @@ def _time(
                 notes.append(f"kernel clock disagrees with device clock by {gap:.0%}")
     if not cuda:
         notes.append("CPU: device clock is wall time per call; caches not flushed")
-    return Clocks(device=rounds.candidate, hot=hot, host=host, kernel=kernel,
-                  notes=tuple(notes), vs_baseline=ratio, gpu_state=state), None
+    return Clocks(
+        device=rounds.candidate,
+        hot=hot,
+        host=host,
+        kernel=kernel,
+        notes=tuple(notes),
+        vs_baseline=ratio,
+        gpu_state=state,
+    ), None

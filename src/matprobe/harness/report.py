@@ -200,8 +200,11 @@ def _matches(target: str | None, result: PairResult) -> bool:
 
 def _rank_key(row: Row) -> tuple[int, float, str]:
     order = {Status.PASS: 0, Status.FAIL: 1, Status.ERROR: 2}[row.result.status]
-    return (order, row.device_us if row.device_us is not None else float("inf"),
-            row.result.variant_id)
+    return (
+        order,
+        row.device_us if row.device_us is not None else float("inf"),
+        row.result.variant_id,
+    )
 
 
 def build_report(
@@ -235,29 +238,51 @@ def build_report(
     for key, spec in specs.items():
         results = [r for (k, _), r in outcome.results.items() if k == key]
         section = _section(spec, results, baselines.get(spec.kind), peaks, set(peers))
-        sections.append(replace(section, unsupported=tuple(unsupported[key]),
-                                calls_per_token=per_token.weight(spec)))
-    report = Report(sections, device, policy, plan.summary(), outcome.run_id, outcome.seconds,
-                    outcome.interrupted, peaks, tokens, source,
-                    per_token_basis=per_token.describe() if specs else "")
+        sections.append(
+            replace(
+                section, unsupported=tuple(unsupported[key]), calls_per_token=per_token.weight(spec)
+            )
+        )
+    report = Report(
+        sections,
+        device,
+        policy,
+        plan.summary(),
+        outcome.run_id,
+        outcome.seconds,
+        outcome.interrupted,
+        peaks,
+        tokens,
+        source,
+        per_token_basis=per_token.describe() if specs else "",
+    )
     if note := ceiling_note(report):
         report.notes.append(note)
     return report
 
 
-def _section(spec: MatmulSpec, results: Sequence[PairResult], target: str | None,
-             peaks: Mapping[str, Any] | None, peers: Collection[str]) -> SpecSection:
+def _section(
+    spec: MatmulSpec,
+    results: Sequence[PairResult],
+    target: str | None,
+    peaks: Mapping[str, Any] | None,
+    peers: Collection[str],
+) -> SpecSection:
     """One spec's rows, ranked and tagged; best and best peer picked apart."""
-    base = next((r for r in results if r.status is Status.PASS and _matches(target, r)
-                 and r.clocks.device), None)
+    base = next(
+        (r for r in results if r.status is Status.PASS and _matches(target, r) and r.clocks.device),
+        None,
+    )
     base_us = base.clocks.device.median_us if base and base.clocks.device else None
     rows = [_row(spec, r, base_us, peaks, target, peers) for r in results]
     rows.sort(key=_rank_key)
     best = next((r for r in rows if r.timed and r.ours), None)
     best_peer = next((r for r in rows if r.timed and r.peer and not r.is_baseline), None)
-    best_host = min((r for r in rows if r.ours and r.result.status is Status.PASS
-                     and r.result.clocks.host), default=None,
-                    key=lambda r: r.result.clocks.host.median_us)  # type: ignore[union-attr]
+    best_host = min(
+        (r for r in rows if r.ours and r.result.status is Status.PASS and r.result.clocks.host),
+        default=None,
+        key=lambda r: r.result.clocks.host.median_us,  # type: ignore[union-attr]
+    )
     rows = [_tagged(r, best, best_host) for r in rows]
     return SpecSection(
         spec=spec,
@@ -272,9 +297,14 @@ def _section(spec: MatmulSpec, results: Sequence[PairResult], target: str | None
     )
 
 
-def _row(spec: MatmulSpec, result: PairResult, base_us: float | None,
-         peaks: Mapping[str, Any] | None, baseline_target: str | None,
-         peers: Collection[str]) -> Row:
+def _row(
+    spec: MatmulSpec,
+    result: PairResult,
+    base_us: float | None,
+    peaks: Mapping[str, Any] | None,
+    baseline_target: str | None,
+    peers: Collection[str],
+) -> Row:
     clock = result.clocks.device
     device_us = clock.median_us if clock and result.status is Status.PASS else None
     gbps = pct = tflops = vs_base = vs_prod = None
@@ -320,12 +350,15 @@ def ceiling_note(report: Report) -> str:
     over = [(s, r) for s in report.sections for r in s.rows if r.exceeds_read_ceiling]
     if not over or read <= 0:
         return ""
-    which = "; ".join(f"{r.result.variant_id} on {short_label(s.spec)}: {r.gbps:.0f} GB/s"
-                      for s, r in over)
-    return (f"WARNING: read ceiling exceeded: {which} — above the measured streaming-read "
-            f"ceiling of {read:.0f} GB/s. The measured ceiling is below what the kernel "
-            f"achieved, so the roofline (%read) is suspect: L2 hits (inputs not cold), a "
-            f"wrong byte count, or a ceiling kernel that does not saturate memory")
+    which = "; ".join(
+        f"{r.result.variant_id} on {short_label(s.spec)}: {r.gbps:.0f} GB/s" for s, r in over
+    )
+    return (
+        f"WARNING: read ceiling exceeded: {which} — above the measured streaming-read "
+        f"ceiling of {read:.0f} GB/s. The measured ceiling is below what the kernel "
+        f"achieved, so the roofline (%read) is suspect: L2 hits (inputs not cold), a "
+        f"wrong byte count, or a ceiling kernel that does not saturate memory"
+    )
 
 
 #: Said in every report where a variant that launches early runs or was cached
@@ -368,8 +401,16 @@ def early_launch_note(plan: Plan) -> str:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 #: Characters Markdown (GFM tables, inline HTML, code spans, links) would act on.
-_MD_ESCAPES = {"\\": "\\\\", "`": "\\`", "|": "\\|", "[": "\\[", "]": "\\]",
-               "&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_MD_ESCAPES = {
+    "\\": "\\\\",
+    "`": "\\`",
+    "|": "\\|",
+    "[": "\\[",
+    "]": "\\]",
+    "&": "&amp;",
+    "<": "&lt;",
+    ">": "&gt;",
+}
 
 
 #: How a control character is shown: as Python writes it in a string literal.
@@ -433,8 +474,21 @@ def _sci(value: float | None) -> str:
     return "-" if value is None else f"{value:.1e}"
 
 
-HEADERS = ["variant", "verdict", "device µs (p10–p90, n)", "hot µs", "host µs", "GB/s",
-           "%read", "TFLOP/s", "vs base", "vs prod", "norm err", "max rel", "tags"]
+HEADERS = [
+    "variant",
+    "verdict",
+    "device µs (p10–p90, n)",
+    "hot µs",
+    "host µs",
+    "GB/s",
+    "%read",
+    "TFLOP/s",
+    "vs base",
+    "vs prod",
+    "norm err",
+    "max rel",
+    "tags",
+]
 
 
 def _cells(row: Row) -> list[str]:
@@ -458,8 +512,9 @@ def _cells(row: Row) -> list[str]:
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:
     rows = [[term_safe(c) for c in row] for row in rows]  # widths of what is printed
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
     lines = [indent + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     for row in rows:
         lines.append(indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
@@ -470,8 +525,10 @@ def _peaks_line(peaks: Mapping[str, Any]) -> str:
     def num(key: str) -> float:
         return float(peaks.get(key) or 0.0)
 
-    line = (f"measured peaks (this run): copy {num('copy_gbps'):.0f} GB/s (read+write), "
-            f"streaming read {num('read_gbps'):.0f} GB/s")
+    line = (
+        f"measured peaks (this run): copy {num('copy_gbps'):.0f} GB/s (read+write), "
+        f"streaming read {num('read_gbps'):.0f} GB/s"
+    )
     if peaks.get("read_config"):
         line += f" ({peaks['read_config']}, {num('size_bytes') / 2**20:.0f} MiB buffer)"
     if peaks.get("torch_sum_gbps"):
@@ -485,22 +542,27 @@ def _header_lines(report: Report) -> list[str]:
     versions = ", ".join(f"{k} {v}" for k, v in sorted(d.versions.items()))
     lines = [
         f"matprobe run {report.run_id} on {d.name} ({d.kind}{cap}"
-        + (f", driver {d.driver}" if d.driver else "") + f"); {versions}",
+        + (f", driver {d.driver}" if d.driver else "")
+        + f"); {versions}",
         f"plan: {report.plan_summary}; {report.seconds:.1f} s"
         + ("; INTERRUPTED: partial results" if report.interrupted else ""),
     ]
     if report.peaks:
         lines.append(_peaks_line(report.peaks))
     p = report.policy
-    clock = (f"device = per call after a producer kernel that writes its input (producer "
-             f"time subtracted), CUDA-graph replays of ≥ {p.min_calls_per_sample} calls, inputs "
-             f"rotated over > {p.cold_l2_factor:g}× L2 (cold), interleaved with the baseline"
-             if d.kind == "cuda" else
-             "device = wall time per call on the CPU, interleaved with the baseline")
-    lines.append(f"timing policy {p.fingerprint}: {clock}; ≥ {p.min_samples} rounds, stop at "
-                 f"spread < {p.target_spread:.0%} and ratio ±{p.target_spread:.0%} or "
-                 f"{p.budget_s:g} s; {p.trials} validation trials vs float64; every timed "
-                 f"call checked on refilled inputs")
+    clock = (
+        f"device = per call after a producer kernel that writes its input (producer "
+        f"time subtracted), CUDA-graph replays of ≥ {p.min_calls_per_sample} calls, inputs "
+        f"rotated over > {p.cold_l2_factor:g}× L2 (cold), interleaved with the baseline"
+        if d.kind == "cuda"
+        else "device = wall time per call on the CPU, interleaved with the baseline"
+    )
+    lines.append(
+        f"timing policy {p.fingerprint}: {clock}; ≥ {p.min_samples} rounds, stop at "
+        f"spread < {p.target_spread:.0%} and ratio ±{p.target_spread:.0%} or "
+        f"{p.budget_s:g} s; {p.trials} validation trials vs float64; every timed "
+        f"call checked on refilled inputs"
+    )
     lines.extend(report.notes)
     return lines
 
@@ -513,20 +575,27 @@ def _spec_lines(section: SpecSection, report: Report) -> list[str]:
             parts.append(f"{section.count} calls per token")
         else:
             per_token = report.calls_per_token(section)
-            parts.append(f"{section.count} calls in the profile"
-                         + (f" ({per_token:.3g} per token)" if per_token is not None else ""))
+            parts.append(
+                f"{section.count} calls in the profile"
+                + (f" ({per_token:.3g} per token)" if per_token is not None else "")
+            )
     prov = spec.provenance
     if prov and prov.avg_ms > 0:
-        parts.append(f"production {prov.main_backend} {prov.avg_ms * 1000:.1f} µs avg "
-                     f"(another device's figure)")
+        parts.append(
+            f"production {prov.main_backend} {prov.avg_ms * 1000:.1f} µs avg "
+            f"(another device's figure)"
+        )
     if spec.is_complete and spec.dtype:
         parts.append(f"{spec.min_bytes() / 1e6:.3f} MB, {spec.flops() / 1e6:.3f} MFLOP per call")
     return parts
 
 
 def _failure_lines(section: SpecSection) -> list[str]:
-    return [f"  ✗ {row.result.variant_id}: {row.result.status.value.upper()} — "
-            f"{row.result.reason}" for row in section.rows if row.result.status is not Status.PASS]
+    return [
+        f"  ✗ {row.result.variant_id}: {row.result.status.value.upper()} — {row.result.reason}"
+        for row in section.rows
+        if row.result.status is not Status.PASS
+    ]
 
 
 def _notes(section: SpecSection) -> list[str]:
@@ -554,8 +623,9 @@ def short_label(spec: MatmulSpec) -> str:
     extra = "+bias" if spec.has_bias else ""
     if spec.alpha is not None and spec.alpha != 1.0:
         extra += f" α={spec.alpha:g}"
-    return (f"{spec.kind} {batch}{spec.m}×{spec.n_total}×{spec.k} {layout}{extra} "
-            f"{spec.dtype or '?'}")
+    return (
+        f"{spec.kind} {batch}{spec.m}×{spec.n_total}×{spec.k} {layout}{extra} {spec.dtype or '?'}"
+    )
 
 
 def verdict(section: SpecSection) -> str:
@@ -581,13 +651,19 @@ def _impact_rows(report: Report) -> list[list[str]]:
         base_us = ratio.baseline_us if ratio else s.baseline_us
         best_us = ratio.baseline_us * ratio.median if ratio else s.best_us
         weight = report.calls_per_token(s)
-        rows.append([
-            short_label(s.spec), str(s.count), "-" if weight is None else f"{weight:.3g}",
-            _us(base_us), _us(best_us), s.best_id or "-",
-            _us(s.gain_us) + ("" if ratio else " (not interleaved)"),
-            f"{s.gain_us * s.count / 1000:.3f}",
-            "-" if weight is None else f"{s.gain_us * weight:.2f}",
-        ])
+        rows.append(
+            [
+                short_label(s.spec),
+                str(s.count),
+                "-" if weight is None else f"{weight:.3g}",
+                _us(base_us),
+                _us(best_us),
+                s.best_id or "-",
+                _us(s.gain_us) + ("" if ratio else " (not interleaved)"),
+                f"{s.gain_us * s.count / 1000:.3f}",
+                "-" if weight is None else f"{s.gain_us * weight:.2f}",
+            ]
+        )
     return rows
 
 
@@ -595,14 +671,25 @@ def _verdict_line(report: Report) -> str:
     counts = {name: 0 for name in ("faster", "same", "slower", "unjudged")}
     for section in report.sections:
         counts[verdict(section)] += 1
-    return (f"ours beat the baseline on {counts['faster']} of {len(report.sections)} specs; "
-            f"SAME within noise on {counts['same']}; the baseline is at least as fast on "
-            f"{counts['slower']}; not judged on {counts['unjudged']} (no validated, timed "
-            f"variant of ours, or no baseline time)")
+    return (
+        f"ours beat the baseline on {counts['faster']} of {len(report.sections)} specs; "
+        f"SAME within noise on {counts['same']}; the baseline is at least as fast on "
+        f"{counts['slower']}; not judged on {counts['unjudged']} (no validated, timed "
+        f"variant of ours, or no baseline time)"
+    )
 
 
-IMPACT_HEADERS = ["shape", "count", "calls/token", "baseline µs", "best µs", "best variant",
-                  "saved µs/call", "saved ms/run", "saved µs/token"]
+IMPACT_HEADERS = [
+    "shape",
+    "count",
+    "calls/token",
+    "baseline µs",
+    "best µs",
+    "best variant",
+    "saved µs/call",
+    "saved ms/run",
+    "saved µs/token",
+]
 
 
 def _impact_total(report: Report) -> str:
@@ -615,13 +702,27 @@ def _impact_total(report: Report) -> str:
     text = f"total: {saved(report.impact_ms(), report.impact_us_per_token())}"
     if report.tokens:
         text += f" over {report.tokens} tokens"
-    text += (" (device clock, our best validated variant vs the baseline, interleaved ratios "
-             "where measured; SAME within noise counts 0)")
+    text += (
+        " (device clock, our best validated variant vs the baseline, interleaved ratios "
+        "where measured; SAME within noise counts 0)"
+    )
     return text
 
 
-SUMMARY_HEADERS = ["shape", "count", "best variant", "best µs", "baseline µs", "speed-up",
-                   "best peer", "peer µs", "pass", "fail", "error", "unsupported"]
+SUMMARY_HEADERS = [
+    "shape",
+    "count",
+    "best variant",
+    "best µs",
+    "baseline µs",
+    "speed-up",
+    "best peer",
+    "peer µs",
+    "pass",
+    "fail",
+    "error",
+    "unsupported",
+]
 
 
 def _inverse(value: float) -> float:
@@ -634,8 +735,7 @@ def _speedup_cell(section: SpecSection) -> str:
     if ratio is not None:
         if section.same_within_noise:
             return f"SAME within noise ({ratio_cell(ratio)})"
-        return (f"{_inverse(ratio.median):.2f}× "
-                f"[{_inverse(ratio.hi):.2f}–{_inverse(ratio.lo):.2f}]")
+        return f"{_inverse(ratio.median):.2f}× [{_inverse(ratio.hi):.2f}–{_inverse(ratio.lo):.2f}]"
     if section.baseline_us and section.best_us:
         return f"{section.baseline_us / section.best_us:.2f}× (not interleaved)"
     return "-"
@@ -647,12 +747,22 @@ def _summary_rows(report: Report) -> list[list[str]]:
     rows = []
     for s in report.sections:
         statuses = [row.result.status for row in s.rows]
-        rows.append([
-            short_label(s.spec), str(s.count), s.best_id or "-", _us(s.best_us),
-            _us(s.baseline_us), _speedup_cell(s), s.best_peer_id or "-", _us(s.best_peer_us),
-            str(statuses.count(Status.PASS)), str(statuses.count(Status.FAIL)),
-            str(statuses.count(Status.ERROR)), str(len(s.unsupported)),
-        ])
+        rows.append(
+            [
+                short_label(s.spec),
+                str(s.count),
+                s.best_id or "-",
+                _us(s.best_us),
+                _us(s.baseline_us),
+                _speedup_cell(s),
+                s.best_peer_id or "-",
+                _us(s.best_peer_us),
+                str(statuses.count(Status.PASS)),
+                str(statuses.count(Status.FAIL)),
+                str(statuses.count(Status.ERROR)),
+                str(len(s.unsupported)),
+            ]
+        )
     return rows
 
 
@@ -673,8 +783,10 @@ def render_terminal(report: Report) -> str:
         if line := _unsupported_line(section):
             out.append(term_safe(line))
     out.append("")
-    out.append("Summary (device clock; best = our fastest validated variant, never a peer "
-               "nor the baseline):")
+    out.append(
+        "Summary (device clock; best = our fastest validated variant, never a peer "
+        "nor the baseline):"
+    )
     out.append(_table(SUMMARY_HEADERS, _summary_rows(report)))
     out.append("")
     out.append("Impact (call count × (baseline − our best validated variant), device clock):")
@@ -710,8 +822,14 @@ def render_markdown(report: Report) -> str:
         out += [f"- {md_safe(line.strip())}" for line in _notes(section)]
         if line := _unsupported_line(section):
             out += ["", f"- {md_safe(line.strip())}"]
-    out += ["", "## Summary", "", "Best = our fastest validated variant, never a peer nor the "
-            "baseline.", "", _md_table(SUMMARY_HEADERS, _summary_rows(report))]
+    out += [
+        "",
+        "## Summary",
+        "",
+        "Best = our fastest validated variant, never a peer nor the baseline.",
+        "",
+        _md_table(SUMMARY_HEADERS, _summary_rows(report)),
+    ]
     impact = _impact_rows(report)
     out += ["", "## Impact", ""]
     if impact:
@@ -724,9 +842,14 @@ def render_markdown(report: Report) -> str:
 
 def _result_json(row: Row) -> dict[str, Any]:
     return {
-        **row.result.to_dict(), "tags": list(row.tags), "peer": row.peer, "gbps": row.gbps,
-        "pct_read_peak": row.pct_read, "exceeds_read_ceiling": row.exceeds_read_ceiling,
-        "tflops": row.tflops, "vs_baseline": row.vs_baseline,
+        **row.result.to_dict(),
+        "tags": list(row.tags),
+        "peer": row.peer,
+        "gbps": row.gbps,
+        "pct_read_peak": row.pct_read,
+        "exceeds_read_ceiling": row.exceeds_read_ceiling,
+        "tflops": row.tflops,
+        "vs_baseline": row.vs_baseline,
         "vs_baseline_interleaved": row.ratio.to_dict() if row.ratio else None,
         "vs_production": row.vs_production,
     }
@@ -769,11 +892,34 @@ def to_json(report: Report) -> dict[str, Any]:
     }
 
 
-CSV_FIELDS = ["spec_key", "variant_id", "status", "reason", "device_median_us", "device_p10_us",
-              "device_p90_us", "device_n", "hot_median_us", "host_median_us", "kernel_median_us",
-              "gbps", "pct_read_peak", "exceeds_read_ceiling", "tflops", "vs_baseline",
-              "ratio_median", "ratio_lo", "ratio_hi", "vs_production", "norm_rel", "max_rel",
-              "max_abs", "peer", "tags", "device_samples_us"]
+CSV_FIELDS = [
+    "spec_key",
+    "variant_id",
+    "status",
+    "reason",
+    "device_median_us",
+    "device_p10_us",
+    "device_p90_us",
+    "device_n",
+    "hot_median_us",
+    "host_median_us",
+    "kernel_median_us",
+    "gbps",
+    "pct_read_peak",
+    "exceeds_read_ceiling",
+    "tflops",
+    "vs_baseline",
+    "ratio_median",
+    "ratio_lo",
+    "ratio_hi",
+    "vs_production",
+    "norm_rel",
+    "max_rel",
+    "max_abs",
+    "peer",
+    "tags",
+    "device_samples_us",
+]
 
 
 def to_csv(report: Report) -> str:
@@ -783,32 +929,34 @@ def to_csv(report: Report) -> str:
     for section in report.sections:
         for row in section.rows:
             r, c, ratio = row.result, row.result.clocks, row.ratio
-            writer.writerow({
-                "spec_key": r.spec_key,
-                "variant_id": r.variant_id,
-                "status": r.status.value,
-                "reason": r.reason,
-                "device_median_us": c.device.median_us if c.device else "",
-                "device_p10_us": c.device.p10_us if c.device else "",
-                "device_p90_us": c.device.p90_us if c.device else "",
-                "device_n": c.device.n if c.device else "",
-                "hot_median_us": c.hot.median_us if c.hot else "",
-                "host_median_us": c.host.median_us if c.host else "",
-                "kernel_median_us": c.kernel.median_us if c.kernel else "",
-                "gbps": row.gbps or "",
-                "pct_read_peak": row.pct_read or "",
-                "exceeds_read_ceiling": int(row.exceeds_read_ceiling),
-                "tflops": row.tflops or "",
-                "vs_baseline": row.vs_baseline or "",
-                "ratio_median": ratio.median if ratio else "",
-                "ratio_lo": ratio.lo if ratio else "",
-                "ratio_hi": ratio.hi if ratio else "",
-                "vs_production": row.vs_production or "",
-                "norm_rel": r.metrics.norm_rel if r.metrics else "",
-                "max_rel": r.metrics.max_rel if r.metrics else "",
-                "max_abs": r.metrics.max_abs if r.metrics else "",
-                "peer": int(row.peer),
-                "tags": " ".join(row.tags),
-                "device_samples_us": json.dumps(list(c.device.samples)) if c.device else "",
-            })
+            writer.writerow(
+                {
+                    "spec_key": r.spec_key,
+                    "variant_id": r.variant_id,
+                    "status": r.status.value,
+                    "reason": r.reason,
+                    "device_median_us": c.device.median_us if c.device else "",
+                    "device_p10_us": c.device.p10_us if c.device else "",
+                    "device_p90_us": c.device.p90_us if c.device else "",
+                    "device_n": c.device.n if c.device else "",
+                    "hot_median_us": c.hot.median_us if c.hot else "",
+                    "host_median_us": c.host.median_us if c.host else "",
+                    "kernel_median_us": c.kernel.median_us if c.kernel else "",
+                    "gbps": row.gbps or "",
+                    "pct_read_peak": row.pct_read or "",
+                    "exceeds_read_ceiling": int(row.exceeds_read_ceiling),
+                    "tflops": row.tflops or "",
+                    "vs_baseline": row.vs_baseline or "",
+                    "ratio_median": ratio.median if ratio else "",
+                    "ratio_lo": ratio.lo if ratio else "",
+                    "ratio_hi": ratio.hi if ratio else "",
+                    "vs_production": row.vs_production or "",
+                    "norm_rel": r.metrics.norm_rel if r.metrics else "",
+                    "max_rel": r.metrics.max_rel if r.metrics else "",
+                    "max_abs": r.metrics.max_abs if r.metrics else "",
+                    "peer": int(row.peer),
+                    "tags": " ".join(row.tags),
+                    "device_samples_us": json.dumps(list(c.device.samples)) if c.device else "",
+                }
+            )
     return buffer.getvalue()

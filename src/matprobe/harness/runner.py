@@ -79,8 +79,10 @@ class Plan:
         if set(why) - {NEW}:
             ranked = sorted(why.items(), key=lambda item: (-item[1], item[0]))
             detail = " (" + ", ".join(f"{n} {reason}" for reason, n in ranked) + ")"
-        return (f"{len(self.pairs)} pairs: {counts[PairState.RUN]} to run{detail}, "
-                f"{counts[PairState.CACHED]} cached, {counts[PairState.UNSUPPORTED]} unsupported")
+        return (
+            f"{len(self.pairs)} pairs: {counts[PairState.RUN]} to run{detail}, "
+            f"{counts[PairState.CACHED]} cached, {counts[PairState.UNSUPPORTED]} unsupported"
+        )
 
 
 def _why_run(key: ResultKey, errored: bool, latest: ResultKey | None) -> str:
@@ -120,18 +122,25 @@ def make_plan(
             supported.append((spec, variant, key))
     cached = {} if force else store.get_many(keys)
     misses = [key for key in keys if key not in cached]
-    latest = {} if force else store.latest_keys(
-        (key.spec_key, key.variant_id, key.device) for key in misses)
+    latest = (
+        {}
+        if force
+        else store.latest_keys((key.spec_key, key.variant_id, key.device) for key in misses)
+    )
     for spec, variant, key in supported:
         hit = cached.get(key)
         if hit is not None and hit.status in (Status.PASS, Status.FAIL):
             pairs.append(PlannedPair(spec, variant, PairState.CACHED, key=key, cached=hit))
             continue
-        why = FORCED if force else _why_run(
-            key, hit is not None, latest.get((key.spec_key, key.variant_id, key.device)))
+        why = (
+            FORCED
+            if force
+            else _why_run(
+                key, hit is not None, latest.get((key.spec_key, key.variant_id, key.device))
+            )
+        )
         pairs.append(PlannedPair(spec, variant, PairState.RUN, why, key=key))
-    order = {(s.key(), v.id): i for i, (s, v) in enumerate(
-        (s, v) for s in specs for v in variants)}
+    order = {(s.key(), v.id): i for i, (s, v) in enumerate((s, v) for s in specs for v in variants)}
     pairs.sort(key=lambda p: order[(p.spec.key(), p.variant.id)])
     return Plan(pairs)
 
@@ -157,8 +166,10 @@ class Progress:
     def show(self, spec: MatmulSpec, variant: Variant) -> None:
         if not self.live:
             return
-        label = (f"[{self.done}/{self.total}] ETA {self._eta()}  {spec.kind} b={spec.batch} "
-                 f"n={spec.n_total} k={spec.k}  {variant.id}")
+        label = (
+            f"[{self.done}/{self.total}] ETA {self._eta()}  {spec.kind} b={spec.batch} "
+            f"n={spec.n_total} k={spec.k}  {variant.id}"
+        )
         width = shutil.get_terminal_size((100, 20)).columns - 1
         self.stream.write("\r" + label[:width].ljust(width))
         self.stream.flush()
@@ -168,14 +179,12 @@ class Progress:
         decile = self.done * 10 // max(self.total, 1)
         if not self.live and decile != self._last_decile:
             self._last_decile = decile
-            self.stream.write(f"matprobe: {self.done}/{self.total} pairs done, "
-                              f"ETA {self._eta()}\n")
+            self.stream.write(f"matprobe: {self.done}/{self.total} pairs done, ETA {self._eta()}\n")
             self.stream.flush()
 
     def close(self) -> None:
         if self.live:
-            self.stream.write("\r" + " " * (shutil.get_terminal_size((100, 20)).columns - 1)
-                              + "\r")
+            self.stream.write("\r" + " " * (shutil.get_terminal_size((100, 20)).columns - 1) + "\r")
             self.stream.flush()
 
 
@@ -221,8 +230,7 @@ def execute(
             base = (baselines or {}).get(pair.spec.kind)
             if base is not None and base.unsupported_reason(pair.spec, device) is not None:
                 base = None
-            by_family[pair.variant.family.name].append(
-                Task(index, pair.spec, pair.variant, base))
+            by_family[pair.variant.family.name].append(Task(index, pair.spec, pair.variant, base))
 
     def on_start(task: Task) -> None:
         if progress is not None:
@@ -237,9 +245,17 @@ def execute(
 
     try:
         for tasks in by_family.values():
-            runner(tasks, factory=factory, plugins=tuple(plugins), device=device,
-                   policy=policy, run_id=run_id, timeout_s=timeout_s, on_start=on_start,
-                   on_result=on_result)
+            runner(
+                tasks,
+                factory=factory,
+                plugins=tuple(plugins),
+                device=device,
+                policy=policy,
+                run_id=run_id,
+                timeout_s=timeout_s,
+                on_start=on_start,
+                on_result=on_result,
+            )
     except KeyboardInterrupt:
         outcome.interrupted = True
     finally:

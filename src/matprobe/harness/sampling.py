@@ -147,8 +147,9 @@ class Contender:
     samples: list[float] = field(default_factory=list)
 
 
-def calls_steps(fn: Call, sets: Sequence[Any], outs: Sequence[Any], sources: Sequence[Any],
-                calls: int) -> list[Step]:
+def calls_steps(
+    fn: Call, sets: Sequence[Any], outs: Sequence[Any], sources: Sequence[Any], calls: int
+) -> list[Step]:
     """P₀ K₀ P₁ K₁ …: call i uses input set i mod len(sets) and output i."""
     steps: list[Step] = []
     for i in range(calls):
@@ -172,8 +173,9 @@ class Rounds:
     rounds: int
 
 
-def _enough(samples: Sequence[float], ratios: Sequence[float], started: float,
-            policy: TimingPolicy) -> bool:
+def _enough(
+    samples: Sequence[float], ratios: Sequence[float], started: float, policy: TimingPolicy
+) -> bool:
     n = len(samples)
     if n >= policy.max_samples:
         return True
@@ -189,8 +191,14 @@ def _enough(samples: Sequence[float], ratios: Sequence[float], started: float,
     return (hi - lo) / 2 < policy.target_spread * median
 
 
-def interleave(recorder: Recorder, producer: Any, candidate: Contender,
-               baseline: Contender | None, calls: int, policy: TimingPolicy) -> Rounds:
+def interleave(
+    recorder: Recorder,
+    producer: Any,
+    candidate: Contender,
+    baseline: Contender | None,
+    calls: int,
+    policy: TimingPolicy,
+) -> Rounds:
     """Replay the producer-only, candidate and baseline recordings in rounds (their
     order rotating each round) until the stop rule; per-call device times with the
     producer subtracted, and per-round candidate/baseline ratios."""
@@ -201,24 +209,33 @@ def interleave(recorder: Recorder, producer: Any, candidate: Contender,
     started = time.perf_counter()
     index = 0
     while not _enough(candidate.samples, ratios, started, policy):
-        order = names[index % len(names):] + names[:index % len(names)]
+        order = names[index % len(names) :] + names[: index % len(names)]
         index += 1
         times = {name: recorder.time_us(recordings[name]) for name in order}
         for contender in contenders:
-            contender.samples.append(max(times[contender.name] - times["producer"], 0.0)
-                                     / calls)
+            contender.samples.append(max(times[contender.name] - times["producer"], 0.0) / calls)
         if baseline is not None:
             base = baseline.samples[-1]
             ratios.append(candidate.samples[-1] / base if base > 0 else math.inf)
-    base_stats = (ClockStats.from_samples(baseline.samples, calls)
-                  if baseline is not None else None)
-    return Rounds(ClockStats.from_samples(candidate.samples, calls), base_stats,
-                  median_ci(ratios) if ratios else None, len(candidate.samples))
+    base_stats = ClockStats.from_samples(baseline.samples, calls) if baseline is not None else None
+    return Rounds(
+        ClockStats.from_samples(candidate.samples, calls),
+        base_stats,
+        median_ci(ratios) if ratios else None,
+        len(candidate.samples),
+    )
 
 
 def ratio_of(rounds: Rounds, baseline_id: str) -> Ratio | None:
     if rounds.ratio is None or rounds.baseline is None:
         return None
     median, lo, hi = rounds.ratio
-    return Ratio(baseline_id, median, lo, hi, rounds.rounds, rounds.baseline.median_us,
-                 samples=rounds.baseline.samples)
+    return Ratio(
+        baseline_id,
+        median,
+        lo,
+        hi,
+        rounds.rounds,
+        rounds.baseline.median_us,
+        samples=rounds.baseline.samples,
+    )

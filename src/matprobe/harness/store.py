@@ -85,6 +85,7 @@ def owner_alive(owner: Mapping[str, Any]) -> bool | None:
     started = str(owner.get("started", ""))
     return not started or _process_start(pid) in ("", started)
 
+
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _KEY_COLUMNS = ("spec_key", "variant_id", "fingerprint", "device", "policy")
 _STORED_STATUSES = tuple(s.value for s in Status)

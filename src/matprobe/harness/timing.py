@@ -107,7 +107,7 @@ def time_kernels_profiler(fn: Call, sets: Sequence[Any], out: Any, calls: int) -
     if not durations:
         raise RuntimeError("the profiler recorded no kernels")
     per_call = max(1, len(durations) // calls)
-    samples = [sum(durations[i:i + per_call]) for i in range(0, per_call * calls, per_call)]
+    samples = [sum(durations[i : i + per_call]) for i in range(0, per_call * calls, per_call)]
     return ClockStats.from_samples(samples)
 
 
@@ -137,7 +137,10 @@ def gpu_clock_state() -> dict[str, str]:
     try:
         proc = subprocess.run(
             ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return {}
@@ -148,8 +151,13 @@ def gpu_clock_state() -> dict[str, str]:
 
 
 #: Throttle reasons that mean the clock was held down (not idle or app settings).
-_THROTTLE_BITS = {0x4: "sw power cap", 0x8: "hw slowdown", 0x20: "sw thermal",
-                  0x40: "hw thermal", 0x80: "power brake"}
+_THROTTLE_BITS = {
+    0x4: "sw power cap",
+    0x8: "hw slowdown",
+    0x20: "sw thermal",
+    0x40: "hw thermal",
+    0x80: "power brake",
+}
 
 
 def throttling(state: dict[str, str]) -> list[str]:

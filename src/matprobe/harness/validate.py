@@ -64,8 +64,10 @@ def tolerance(
     doubles; on a GPU the cast rounds to nearest."""
     u = UNIT_ROUNDOFF[dtype] * (2.0 if truncated else 1.0)
     accumulation = math.sqrt(max(k, 1)) * FP32_ROUNDOFF
-    return (NORM_ROUNDINGS * u + NORM_ACCUMULATION * accumulation,
-            (ELEMENT_ROUNDINGS + addends) * u + ELEMENT_ACCUMULATION * accumulation)
+    return (
+        NORM_ROUNDINGS * u + NORM_ACCUMULATION * accumulation,
+        (ELEMENT_ROUNDINGS + addends) * u + ELEMENT_ACCUMULATION * accumulation,
+    )
 
 
 #: Output dtypes that Triton's interpreter casts to by truncation (numpy has no
@@ -78,8 +80,12 @@ def spec_tolerance(spec: MatmulSpec, *, interpreted: bool = False) -> tuple[floa
     Triton's interpreter (see :data:`INTERPRETER_TRUNCATES`)."""
     if spec.dtype is None or spec.k is None:
         raise ValueError("a tolerance needs a complete spec with a dtype")
-    return tolerance(spec.dtype, spec.k, int(spec.has_bias) + int(spec.reads_c0),
-                     truncated=interpreted and spec.dtype in INTERPRETER_TRUNCATES)
+    return tolerance(
+        spec.dtype,
+        spec.k,
+        int(spec.has_bias) + int(spec.reads_c0),
+        truncated=interpreted and spec.dtype in INTERPRETER_TRUNCATES,
+    )
 
 
 @dataclass(frozen=True)
@@ -96,8 +102,10 @@ class Comparison:
         if not self.norm_rel <= tol_norm:
             return f"norm-wise error {self.norm_rel:.2e} > {tol_norm:.1e}"
         if not self.max_rel <= tol_rel:
-            return (f"element {list(self.worst_index)} off by {self.max_rel:.2e} relative "
-                    f"> {tol_rel:.1e}")
+            return (
+                f"element {list(self.worst_index)} off by {self.max_rel:.2e} relative "
+                f"> {tol_rel:.1e}"
+            )
         return None
 
 
@@ -145,11 +153,24 @@ def compare_many(outs: Any, refs: Any, scales: Any | None = None, k: int = 1) ->
         torch.linalg.vector_norm(signed, dim=1) / ref_norm.clamp_min(1e-300),
         torch.full_like(ref_norm, math.inf),
     )
-    figures = torch.stack([diff.max(dim=1).values, max_rel, norm_rel,
-                           nonfinite.to(torch.float64), worst.to(torch.float64)], dim=1).tolist()
+    figures = torch.stack(
+        [
+            diff.max(dim=1).values,
+            max_rel,
+            norm_rel,
+            nonfinite.to(torch.float64),
+            worst.to(torch.float64),
+        ],
+        dim=1,
+    ).tolist()
     return [
-        Comparison(max_abs=row[0], max_rel=row[1], norm_rel=row[2], nonfinite=int(row[3]),
-                   worst_index=tuple(int(i) for i in _unravel(int(row[4]), shape)))
+        Comparison(
+            max_abs=row[0],
+            max_rel=row[1],
+            norm_rel=row[2],
+            nonfinite=int(row[3]),
+            worst_index=tuple(int(i) for i in _unravel(int(row[4]), shape)),
+        )
         for row in figures
     ]
 

@@ -176,8 +176,7 @@ class Variant:
     @property
     def fingerprint(self) -> str:
         """Changes when the family's source or this variant's parameters change."""
-        text = self.family.source_fingerprint + json.dumps(self.params, sort_keys=True,
-                                                           default=str)
+        text = self.family.source_fingerprint + json.dumps(self.params, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def unsupported_reason(self, spec: MatmulSpec, device: DeviceInfo) -> str | None:
@@ -241,8 +240,10 @@ def variant_family(
     if early_launch_param == _INFER:
         early_launch_param = "pdl" if "pdl" in grid_params else None
     elif early_launch_param is not None and early_launch_param not in grid_params:
-        raise MatprobeError(f"{name}: early_launch_param {early_launch_param!r} is not a grid "
-                            f"parameter (grid: {', '.join(grid_params) or 'none'})")
+        raise MatprobeError(
+            f"{name}: early_launch_param {early_launch_param!r} is not a grid "
+            f"parameter (grid: {', '.join(grid_params) or 'none'})"
+        )
 
     def wrap(build: Builder) -> VariantFamily:
         return VariantFamily(
@@ -321,8 +322,9 @@ def resolve_factory(factory: str) -> Registry:
     found = getattr(module, attr or "registry")
     registry = found() if callable(found) else found
     if not isinstance(registry, Registry):
-        raise MatprobeError(f"registry factory {factory!r} gave a {type(registry).__name__}, "
-                            "not a Registry")
+        raise MatprobeError(
+            f"registry factory {factory!r} gave a {type(registry).__name__}, not a Registry"
+        )
     return registry
 
 
@@ -350,34 +352,44 @@ def plugin_families(module_name: str) -> tuple[VariantFamily, ...]:
     if module_name.endswith(".py"):  # a file name given for the module's
         hint = f"; did you mean {module_name[:-3].replace('/', '.')!r}?"
     if not all(part.isidentifier() for part in module_name.split(".")):
-        raise MatprobeError(f"{where}: not a module name (a dotted Python name importable "
-                            f"from the current directory or sys.path){hint}")
+        raise MatprobeError(
+            f"{where}: not a module name (a dotted Python name importable "
+            f"from the current directory or sys.path){hint}"
+        )
     _importable_from_cwd()
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and (module_name == exc.name
-                                     or module_name.startswith(exc.name + ".")):
-            raise MatprobeError(f"{where}: no module named {module_name!r} in the current "
-                                f"directory ({os.getcwd()}) or on sys.path{hint}") from None
+        if exc.name is not None and (
+            module_name == exc.name or module_name.startswith(exc.name + ".")
+        ):
+            raise MatprobeError(
+                f"{where}: no module named {module_name!r} in the current "
+                f"directory ({os.getcwd()}) or on sys.path{hint}"
+            ) from None
         raise MatprobeError(f"{where}: cannot import: {_first_line(exc)}") from None
     except Exception as exc:  # anything a user's module may raise on import
         raise MatprobeError(f"{where}: cannot import: {_first_line(exc)}") from None
     families = getattr(module, "FAMILIES", None)
     if families is None:
-        raise MatprobeError(f"{where}: defines no FAMILIES (a tuple of families made with "
-                            "matprobe.harness.variants.variant_family)")
+        raise MatprobeError(
+            f"{where}: defines no FAMILIES (a tuple of families made with "
+            "matprobe.harness.variants.variant_family)"
+        )
     if isinstance(families, VariantFamily):
         families = (families,)
     if isinstance(families, (str, bytes)) or not isinstance(families, Iterable):
-        raise MatprobeError(f"{where}: FAMILIES must be a tuple of VariantFamily, "
-                            f"not a {type(families).__name__}")
+        raise MatprobeError(
+            f"{where}: FAMILIES must be a tuple of VariantFamily, not a {type(families).__name__}"
+        )
     found = tuple(families)
     for index, family in enumerate(found):
         if not isinstance(family, VariantFamily):
-            raise MatprobeError(f"{where}: FAMILIES[{index}] is a {type(family).__name__}, "
-                                "not a VariantFamily (decorate the builder with "
-                                "@variant_family)")
+            raise MatprobeError(
+                f"{where}: FAMILIES[{index}] is a {type(family).__name__}, "
+                "not a VariantFamily (decorate the builder with "
+                "@variant_family)"
+            )
     if not found:
         raise MatprobeError(f"{where}: FAMILIES is empty")
     return tuple(replace(family, origin=module_name) for family in found)
@@ -393,8 +405,10 @@ def with_plugins(registry: Registry, plugins: Iterable[str]) -> Registry:
             if family.name in combined:
                 taken = combined.family(family.name).origin
                 by = "a family matprobe ships" if taken == SHIPPED_ORIGIN else f"plugin {taken!r}"
-                raise MatprobeError(f"plugin {module_name!r}: family {family.name!r} is already "
-                                    f"registered by {by}; rename it")
+                raise MatprobeError(
+                    f"plugin {module_name!r}: family {family.name!r} is already "
+                    f"registered by {by}; rename it"
+                )
             combined.add(family)
     return combined
 

@@ -80,9 +80,14 @@ def _worker_main(
         # A plugin found in the parent's current directory is found here too
         # (registry_with_plugins puts the working directory on sys.path).
         registry = load_registry(factory, plugins)
-        info = DeviceInfo(**{**device, "capability": tuple(device["capability"])
-                             if device.get("capability") else None})
+        info = DeviceInfo(
+            **{
+                **device,
+                "capability": tuple(device["capability"]) if device.get("capability") else None,
+            }
+        )
         ctx = PairContext(info, TimingPolicy(**policy), run_id)
+
         def resolve(ref: VariantRef) -> Variant:
             return Variant(registry.family(ref[0]), tuple(tuple(p) for p in ref[1]))
 
@@ -91,8 +96,9 @@ def _worker_main(
             spec = MatmulSpec.from_dict(spec_data)
             variant = resolve(candidate)
             try:
-                result = measure_pair_safely(spec, variant, ctx,
-                                             resolve(baseline) if baseline else None)
+                result = measure_pair_safely(
+                    spec, variant, ctx, resolve(baseline) if baseline else None
+                )
             except PoisonedContextError as poisoned:
                 conn.send(("done", index, poisoned.args[0].to_dict()))
                 conn.send(("exit", "CUDA context poisoned; restarting the worker"))
@@ -142,8 +148,7 @@ def run_tasks(
         ]
         proc = mp.Process(
             target=_worker_main,
-            args=(child_conn, factory, tuple(plugins), device_data, policy_data, run_id,
-                  payload),
+            args=(child_conn, factory, tuple(plugins), device_data, policy_data, run_id, payload),
             daemon=True,
         )
         proc.start()
@@ -175,9 +180,16 @@ def run_tasks(
                         break
                 elif time.monotonic() > deadline:
                     if current is not None:
-                        finish(current, error_result(
-                            current.spec, current.variant, ctx, ErrorKind.TIMEOUT,
-                            f"no result after {timeout_s:.0f} s; worker killed"))
+                        finish(
+                            current,
+                            error_result(
+                                current.spec,
+                                current.variant,
+                                ctx,
+                                ErrorKind.TIMEOUT,
+                                f"no result after {timeout_s:.0f} s; worker killed",
+                            ),
+                        )
                     else:
                         problem = "worker did not start in time"
                     proc.kill()
@@ -195,14 +207,22 @@ def run_tasks(
             proc.join()
         if current is not None and current.index in remaining:
             # The pair in flight when the worker died is the one that killed it.
-            finish(current, error_result(current.spec, current.variant, ctx, ErrorKind.CRASH,
-                                         f"{problem or 'worker died'} (exit code "
-                                         f"{proc.exitcode})"))
+            finish(
+                current,
+                error_result(
+                    current.spec,
+                    current.variant,
+                    ctx,
+                    ErrorKind.CRASH,
+                    f"{problem or 'worker died'} (exit code {proc.exitcode})",
+                ),
+            )
         elif problem and remaining and current is None and not _progress_possible(problem):
             # The worker cannot even start: every remaining pair gets the reason.
             for task in list(remaining.values()):
-                finish(task, error_result(task.spec, task.variant, ctx, ErrorKind.EXCEPTION,
-                                          problem))
+                finish(
+                    task, error_result(task.spec, task.variant, ctx, ErrorKind.EXCEPTION, problem)
+                )
 
 
 def _progress_possible(problem: str) -> bool:

@@ -144,8 +144,17 @@ def row_gemv_operands(
     check_tensor(name, x, "A (as [batch, 1, k])", (batch, 1, k), dtype, where)
     check_tensor(name, w, "W", (batch, n, k), dtype, where)
     check_tensor(name, out, "out", (batch, 1, n), dtype, where)
-    c0, bias = epilogue_operands(name, inputs, out, has_c0=has_c0, has_bias=has_bias,
-                                 c0_shape=(batch, 1, n), n=n, dtype=dtype, where=where)
+    c0, bias = epilogue_operands(
+        name,
+        inputs,
+        out,
+        has_c0=has_c0,
+        has_bias=has_bias,
+        c0_shape=(batch, 1, n),
+        n=n,
+        dtype=dtype,
+        where=where,
+    )
     if where.type == "cuda":
         check_current_device(name, where)
     return x, w, c0, bias

@@ -75,8 +75,11 @@ def gemv_nt_kernel(  # type: ignore[no-untyped-def]
             x = tl.load(x_base + offs_k * stride_xk).to(tl.float32)
         else:
             mask_k = offs_k < k
-            w = tl.load(w_rows + offs_k[None, :] * stride_wk,
-                        mask=mask_n[:, None] & mask_k[None, :], other=0.0)
+            w = tl.load(
+                w_rows + offs_k[None, :] * stride_wk,
+                mask=mask_n[:, None] & mask_k[None, :],
+                other=0.0,
+            )
             tl.extra.cuda.gdc_wait()
             x = tl.load(x_base + offs_k * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
         acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
@@ -94,13 +97,17 @@ def gemv_nt_kernel(  # type: ignore[no-untyped-def]
                 if EVEN_N:
                     w = tl.load(w_rows + ks[None, :] * stride_wk).to(tl.float32)
                 else:
-                    w = tl.load(w_rows + ks[None, :] * stride_wk, mask=mask_n[:, None],
-                                other=0.0).to(tl.float32)
+                    w = tl.load(
+                        w_rows + ks[None, :] * stride_wk, mask=mask_n[:, None], other=0.0
+                    ).to(tl.float32)
             else:
                 mask_k = ks < k
                 x = tl.load(x_base + ks * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
-                w = tl.load(w_rows + ks[None, :] * stride_wk,
-                            mask=mask_n[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+                w = tl.load(
+                    w_rows + ks[None, :] * stride_wk,
+                    mask=mask_n[:, None] & mask_k[None, :],
+                    other=0.0,
+                ).to(tl.float32)
             acc2 += w * x[None, :]
         acc = tl.sum(acc2, axis=1)
     else:

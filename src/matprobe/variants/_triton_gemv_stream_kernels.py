@@ -25,7 +25,12 @@ from matprobe.variants._triton_epilogue import epilogue_store
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
 def _load_block(  # type: ignore[no-untyped-def]
-    w_ptr, rb, n, k, stride_wn, stride_wk,
+    w_ptr,
+    rb,
+    n,
+    k,
+    stride_wn,
+    stride_wk,
     BLOCK_N: tl.constexpr,  # noqa: N803
     BLOCK_K: tl.constexpr,  # noqa: N803
     EVEN_K: tl.constexpr,  # noqa: N803
@@ -43,7 +48,12 @@ def _load_block(  # type: ignore[no-untyped-def]
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
 def _prefetch_block_l2(  # type: ignore[no-untyped-def]
-    w_ptr, rb, n, k, stride_wn, stride_wk,
+    w_ptr,
+    rb,
+    n,
+    k,
+    stride_wn,
+    stride_wk,
     BLOCK_N: tl.constexpr,  # noqa: N803
     LINES: tl.constexpr,  # noqa: N803 - 128-byte lines per row tile
     LINE_ELEMS: tl.constexpr,  # noqa: N803 - elements in one 128-byte line

@@ -125,8 +125,10 @@ def _pdl_unsupported(spec: MatmulSpec, device: DeviceInfo) -> str | None:
     if spec.tB:
         return "pdl=1 is built into the tB=0 kernel only (W stored [k, n], the QKV projection)"
     if spec.batch != 1 or spec.op not in ("matmul", "matmul_bias_add"):
-        return ("pdl=1 prefetches B before the preceding kernel ends: weights only "
-                "(batch=1 matmul), never a KV cache")
+        return (
+            "pdl=1 prefetches B before the preceding kernel ends: weights only "
+            "(batch=1 matmul), never a KV cache"
+        )
     return None
 
 

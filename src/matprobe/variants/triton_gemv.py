@@ -32,7 +32,6 @@ from matprobe.variants._triton_common import (
 )
 
 if TYPE_CHECKING:
-
     from matprobe.harness.device import DeviceInfo
     from matprobe.harness.inputs import MatmulInputs
 
@@ -52,6 +51,7 @@ KERNELS_SOURCE: str = (
     Path(__file__).with_name("_triton_gemv_kernels.py").read_text(encoding="utf-8")
 )
 
+
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
     if spec.m != 1:
         return "needs m=1 (GEMV)"
@@ -67,14 +67,18 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     if bn * bk > MAX_TILE_ELEMENTS:
         return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
     if bn * bk > MAX_PER_THREAD * 32 * warps:
-        return (f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
-                f"per thread, > {MAX_PER_THREAD}: registers would spill (raise w or lower bn)")
+        return (
+            f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
+            f"per thread, > {MAX_PER_THREAD}: registers would spill (raise w or lower bn)"
+        )
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
     if n == 0 or k == 0:
         return "empty matmul (n or k is 0)"
     if bk > WIDE_TILE and bk >= 2 * k:
-        return (f"bk={bk} for k={k}: a tile wider than {WIDE_TILE} must hold data "
-                "(bk < 2k); beyond k its lanes are only masked")
+        return (
+            f"bk={bk} for k={k}: a tile wider than {WIDE_TILE} must hold data "
+            "(bk < 2k); beyond k its lanes are only masked"
+        )
     reason = common.flag_reason(params, "pdl")
     if reason is None and params.get("pdl"):
         reason = _pdl_unsupported(spec, bk, device)
@@ -88,8 +92,10 @@ def _pdl_unsupported(spec: MatmulSpec, bk: int, device: DeviceInfo) -> str | Non
     if reason is not None:
         return reason
     if spec.batch != 1 or spec.op not in ("matmul", "matmul_bias_add"):
-        return ("pdl=1 prefetches W before the preceding kernel ends: weights only "
-                "(batch=1 matmul), never a KV cache")
+        return (
+            "pdl=1 prefetches W before the preceding kernel ends: weights only "
+            "(batch=1 matmul), never a KV cache"
+        )
     k = spec.k or 0
     if not k <= bk < 2 * max(k, 8):
         return f"pdl=1 loads the whole K row as one tile: needs k ≤ bk < 2k (k={k}, bk={bk})"

@@ -95,9 +95,11 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         return "pf=1 issues prefetch.global.L2 (PTX): a CUDA GPU only"
     per_thread = bn * block_k(k) // (32 * warps)
     if per_thread > MAX_PER_THREAD:
-        return (f"a {bn}×{block_k(k)} W tile over w={warps} warps is {per_thread} elements per "
-                f"thread, > {MAX_PER_THREAD}: two live tiles would spill registers "
-                "(raise w or lower bn)")
+        return (
+            f"a {bn}×{block_k(k)} W tile over w={warps} warps is {per_thread} elements per "
+            f"thread, > {MAX_PER_THREAD}: two live tiles would spill registers "
+            "(raise w or lower bn)"
+        )
     if params.get("pdl"):
         reason = common.pdl_device_reason(device)
     return reason or interpreter_too_large(device, 1, n, k)
