@@ -87,8 +87,8 @@ def test_run_json_to_stdout_and_model_specs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["run", "--variants", "nope.*"], "no variant matches"),
-        (["run", "--op", "nope"], "no specs to run"),
+        (["run", "--variants", "nope.*"], "matches no variant"),
+        (["run", "--op", "nope"], "matches no spec"),
         (["run", "--device", "cpu", "--db", "/proc/forbidden/x.sqlite"], "matprobe: error:"),
     ],
 )

@@ -147,7 +147,7 @@ def test_unsupported_reasons() -> None:
         reason = v.unsupported_reason(long, GPU)
         assert reason is not None and reason.startswith("needs k <= 4096 and n <= 4096")
     assert v.unsupported_reason(replace(ok, n=4096, k=4096), GPU) is None
-    assert v.unsupported_reason(replace(ok, n=0), CPU) == "empty matmul (n or k is 0)"
+    assert "zero dimension (n=0)" in (v.unsupported_reason(replace(ok, n=0), CPU) or "")
 
 
 @pytest.mark.parametrize(

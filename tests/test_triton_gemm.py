@@ -150,7 +150,7 @@ def test_unsupported_reasons() -> None:
     reason = v.unsupported_reason(long_prefill, CPU)
     assert reason is not None and "batch·m·n·k" in reason
     assert v.unsupported_reason(long_prefill, GPU) is None
-    assert v.unsupported_reason(replace(ok, n=0), GPU) == "empty matmul (n or k is 0)"
+    assert "zero dimension (n=0)" in (v.unsupported_reason(replace(ok, n=0), GPU) or "")
 
 
 def test_shared_memory_limit_depends_on_dtype() -> None:

@@ -139,8 +139,8 @@ def test_unsupported_reasons() -> None:
     assert v.unsupported_reason(ok, CPU) is None
     assert v.unsupported_reason(replace(ok, m=2), CPU) == "needs m=1 (GEMV)"
     assert v.unsupported_reason(replace(ok, tB=True), CPU) == "needs tB=0: W stored [k, n]"
-    assert v.unsupported_reason(replace(ok, n=0), CPU) == "empty matmul (n or k is 0)"
-    assert v.unsupported_reason(replace(ok, k=0), CPU) == "empty matmul (n or k is 0)"
+    assert "zero dimension (n=0)" in (v.unsupported_reason(replace(ok, n=0), CPU) or "")
+    assert "zero dimension (k=0)" in (v.unsupported_reason(replace(ok, k=0), CPU) or "")
     heads = replace(ok, batch=70000, n=1, k=1)
     assert "exceeds the grid's z limit" in (v.unsupported_reason(heads, GPU) or "")
 

@@ -207,7 +207,7 @@ def test_unsupported_reasons() -> None:
     assert v.unsupported_reason(replace(ok, m=2), CPU) == "needs m=1 (GEMV)"
     assert v.unsupported_reason(replace(ok, tB=False), CPU) == "needs tB=1: W stored [n, k]"
     assert v.unsupported_reason(replace(ok, k=1023), CPU) == "split-K is for large K (k >= 1024)"
-    assert v.unsupported_reason(replace(ok, n=0), CPU) == "empty matmul (n is 0)"
+    assert "zero dimension (n=0)" in (v.unsupported_reason(replace(ok, n=0), CPU) or "")
     down = replace(ok, n=896, k=4864)
     assert v.unsupported_reason(down, GPU) is None
     assert v.unsupported_reason(replace(down, batch=14), GPU) is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -112,6 +113,25 @@ def _matches_op(spec: MatmulSpec, ops: Sequence[str] | None) -> bool:
     return not ops or spec.op in ops or spec.kind in ops
 
 
+def _check_ops(ops: Sequence[str] | None, specs: Sequence[MatmulSpec]) -> None:
+    """An ``--op`` that matches no spec of the source is an error (as in ``run``),
+    never an empty table with exit status 0."""
+    for op in ops or ():
+        if not any(_matches_op(spec, [op]) for spec in specs):
+            seen = sorted({spec.op or "?" for spec in specs})
+            raise MatprobeError(f"--op {op!r} matches no spec here (ops: {', '.join(seen)})")
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def _shapes_from_model(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.models import MODELS, decode_specs, get_model
 
@@ -193,6 +213,7 @@ def cmd_shapes(args: argparse.Namespace, out: TextIO) -> int:
     loaded = load_specs(args.profile, default_dtype=args.dtype)
     for warning in loaded.warnings:
         _warn(warning)
+    _check_ops(args.op, loaded.specs)
     specs = [
         s
         for s in loaded.specs
@@ -268,6 +289,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     for warning in warnings:
         _warn(warning)
     tokens = args.tokens or (1 if args.model else _infer_tokens(specs))
+    _check_ops(args.op, specs)
     specs = [s for s in specs if _matches_op(s, args.op)]
     if not specs:
         raise MatprobeError("no specs to run (check --op)")
@@ -285,10 +307,20 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             command=" ".join(["matprobe", *sys.argv[1:]]),
         )
     )
+    to_stdout = [name for name in ("json", "csv") if getattr(args, name) == "-"]
+    if len(to_stdout) > 1:
+        raise MatprobeError("only one of --json and --csv can be '-' (stdout)")
+    for name in ("json", "csv"):
+        target = getattr(args, name)
+        if target and target != "-":
+            _check_writable_file(Path(target))
+    if args.out:
+        _check_writable_dir(Path(args.out))
     result = session.run(specs, source=source, tokens=tokens)
     report = result.report
     text = render_terminal(report)
-    out.write(text)
+    # With '-', stdout holds the data alone (parseable); the report goes to stderr.
+    (sys.stderr if to_stdout else out).write(text)
     exports: dict[str, Callable[[], str]] = {
         "json": lambda: json.dumps(report_json(report), indent=2) + "\n",
         "csv": lambda: to_csv(report),
@@ -309,6 +341,26 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         print("matprobe: interrupted; finished pairs are stored", file=sys.stderr)
         return 130
     return 0
+
+
+def _check_writable_file(path: Path) -> None:
+    """Before a run, not after it: an output file that cannot be written is a usage
+    error that costs nothing measured."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise MatprobeError(f"cannot write {path}: it is a directory")
+    if folder.exists() and not os.access(folder, os.W_OK):
+        raise MatprobeError(f"cannot write {path}: {folder} is not writable")
+
+
+def _check_writable_dir(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise MatprobeError(f"cannot write reports to {path}: it is a file")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not os.access(existing, os.W_OK):
+        raise MatprobeError(f"cannot write reports to {path}: {existing} is not writable")
 
 
 def _write(path: Path, text: str) -> None:
@@ -531,7 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=_positive_seconds,
         default=300.0,
         metavar="S",
         help="seconds one pair may take, compile included (default 300)",

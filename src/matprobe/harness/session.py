@@ -14,6 +14,7 @@ report stay with the caller.
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -135,6 +136,26 @@ def clock_note(before: dict[str, str], after: dict[str, str]) -> str:
     )
 
 
+def _check_pattern(pattern: str, registry: Registry) -> None:
+    """A ``--variants`` pattern must name something: one that matches no variant is an
+    error, never silently dropped — and a file given after ``--variants`` (which
+    takes several patterns) was meant as the profile."""
+    ids = [v.id for family in registry.families() for v in family.variants()]
+    names = registry.names()
+    if any(fnmatch.fnmatchcase(x, pattern) for x in ids + names) or any(
+        pattern.startswith(name) for name in names
+    ):
+        return
+    if Path(pattern).is_file():
+        raise MatprobeError(
+            f"{pattern!r} was read as a --variants pattern but is a file: give the profile "
+            f"before --variants (matprobe run {pattern} --variants GLOB …)"
+        )
+    raise MatprobeError(
+        f"--variants {pattern!r} matches no variant; known families: {', '.join(names)}"
+    )
+
+
 class RunSession:
     """The registry, manifest and variants of a run, then :meth:`run` over specs.
 
@@ -152,6 +173,8 @@ class RunSession:
         #: every plugin the registry holds: the options' then the manifest's
         self.plugins = tuple(dict.fromkeys([*self.options.plugins, *self.manifest.plugins]))
         patterns = list(self.options.variants) or None
+        for pattern in patterns or ():
+            _check_pattern(pattern, self.registry)
         self.variants = self.manifest.variants(self.registry, patterns)
         if not self.variants:
             raise MatprobeError(

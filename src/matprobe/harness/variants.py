@@ -188,6 +188,10 @@ class Variant:
             return f"op {spec.kind} not implemented (does {', '.join(sorted(fam.ops))})"
         if not spec.is_complete:
             return "the profile leaves a dimension unknown (?)"
+        zero = [name for name in ("batch", "m", "n", "k") if getattr(spec, name) == 0]
+        if zero or spec.n_total == 0:
+            dims = ", ".join(f"{z}=0" for z in zero or ["n"])
+            return f"a zero dimension ({dims}): nothing to compute"
         if spec.tA is None or spec.tB is None:
             return "the profile leaves the layout (tA/tB) unknown"
         if spec.dtype is None:

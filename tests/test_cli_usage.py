@@ -1,0 +1,176 @@
+"""The CLI cannot mislead: arguments that were surely meant otherwise are refused up
+front (exit 2, one line), data on stdout is data alone, shapes with nothing to
+compute never reach the harness."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the run command needs torch (CPU build is enough)")
+
+from matprobe.cli import main
+from matprobe.harness.store import ResultStore
+
+SMALL = (
+    "Matmul shape backend summary:\n"
+    "  op=matmul | batch=1 | m=1 | n={n} | k={k} | tA=0 | tB=1:\n"
+    "    backend=mps: count=24 | total=1.0ms | avg=0.042ms | min=0.040ms | max=0.050ms"
+    " | p95_ms=0.045ms, p99_ms=0.049ms\n"
+)
+
+
+def profile(tmp_path: Path, n: int = 53, k: int = 40) -> str:
+    path = tmp_path / f"summary_{n}_{k}.txt"
+    path.write_text(SMALL.format(n=n, k=k))
+    return str(path)
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    try:
+        code = main(list(argv), out=out)
+    except SystemExit as exc:  # argparse's usage errors
+        code = int(exc.code or 0)
+    return code, out.getvalue()
+
+
+def test_a_profile_after_variants_is_not_taken_as_a_glob(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = run(
+        "run",
+        "--device",
+        "cpu",
+        "--variants",
+        "torch.*",
+        profile(tmp_path),
+        "--db",
+        str(tmp_path / "r.sqlite"),
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "is a file" in err and "before --variants" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_glob_that_matches_nothing_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = run(
+        "run",
+        profile(tmp_path),
+        "--device",
+        "cpu",
+        "--variants",
+        "torch.*",
+        "nosuch.*",
+        "--db",
+        str(tmp_path / "r.sqlite"),
+    )
+    assert code == 2 and "'nosuch.*' matches no variant" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("form", ["json", "csv"])
+def test_data_to_stdout_is_the_data_alone(
+    tmp_path: Path, form: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, stdout = run(
+        "run",
+        profile(tmp_path),
+        "--dtype",
+        "f32",
+        "--device",
+        "cpu",
+        "--variants",
+        "torch.matmul",
+        f"--{form}",
+        "-",
+        "--db",
+        str(tmp_path / "r.sqlite"),
+    )
+    assert code == 0
+    if form == "json":
+        assert json.loads(stdout)["specs"]
+    else:
+        assert stdout.splitlines()[0].startswith("spec_key,variant_id")
+    assert "== op=matmul" in capsys.readouterr().err  # the report went to stderr
+
+
+def test_only_one_export_may_take_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = run(
+        "run",
+        profile(tmp_path),
+        "--device",
+        "cpu",
+        "--json",
+        "-",
+        "--csv",
+        "-",
+        "--db",
+        str(tmp_path / "r.sqlite"),
+    )
+    assert code == 2 and "only one of --json and --csv" in capsys.readouterr().err
+
+
+def test_an_unwritable_out_fails_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "report"
+    blocker.write_text("a file, not a folder")
+    db = tmp_path / "r.sqlite"
+    code, _ = run(
+        "run",
+        profile(tmp_path),
+        "--device",
+        "cpu",
+        "--variants",
+        "torch.matmul",
+        "--out",
+        str(blocker),
+        "--db",
+        str(db),
+    )
+    assert code == 2 and "it is a file" in capsys.readouterr().err
+    if db.exists():
+        with ResultStore(db) as store:
+            assert store.runs() == []
+
+
+@pytest.mark.parametrize(("n", "k"), [(0, 40), (53, 0)])
+def test_a_zero_dimension_is_refused_with_a_reason(tmp_path: Path, n: int, k: int) -> None:
+    code, text = run(
+        "run",
+        profile(tmp_path, n, k),
+        "--dtype",
+        "f32",
+        "--device",
+        "cpu",
+        "--variants",
+        "torch.matmul",
+        "numpy.matmul",
+        "--db",
+        str(tmp_path / "r.sqlite"),
+    )
+    assert code == 0
+    assert "zero dimension" in text and "ERROR" not in text and "FAIL" not in text
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "soon"])
+def test_timeout_must_be_a_positive_number(
+    tmp_path: Path, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = run("run", profile(tmp_path), "--timeout", value)
+    assert code == 2 and "--timeout" in capsys.readouterr().err
+
+
+def test_shapes_refuses_an_op_that_matches_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run("shapes", profile(tmp_path), "--op", "nosuchop")
+    assert code == 2 and out == ""
+    assert "'nosuchop' matches no spec" in capsys.readouterr().err
