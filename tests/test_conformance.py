@@ -44,22 +44,14 @@ from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.fingerprint import module_closure
 from matprobe.harness.measure import GuardBreachError, validate_pair
-from matprobe.harness.variants import KernelFn, Registry, Variant, VariantFamily, variant_family
+from matprobe.harness.variants import KernelFn, Variant, VariantFamily, variant_family
 from matprobe.spec import DTYPES, OP_KINDS, MatmulSpec
+from matprobe.variants.catalogue import shipped_registry
 
 CPU = DeviceInfo(kind="cpu", name="test")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)
 DEVICE_KINDS = ("cpu", "cuda", "mps")
 TRIALS = 2
-
-
-def shipped_registry() -> Registry:
-    """The families matprobe ships (the catalogue, or the harness's older list)."""
-    try:
-        from matprobe.variants.catalogue import shipped_registry as factory
-    except ImportError:
-        from matprobe.harness.variants import builtin_registry as factory
-    return factory()
 
 
 SHIPPED = shipped_registry().families()
