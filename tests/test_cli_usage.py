@@ -156,7 +156,7 @@ def test_a_zero_dimension_is_refused_with_a_reason(tmp_path: Path, n: int, k: in
         "--db",
         str(tmp_path / "r.sqlite"),
     )
-    assert code == 0
+    assert code == 1  # nothing ran: exit status 1, with the reason in the report
     assert "zero dimension" in text and "ERROR" not in text and "FAIL" not in text
 
 
@@ -174,3 +174,119 @@ def test_shapes_refuses_an_op_that_matches_nothing(
     code, out = run("shapes", profile(tmp_path), "--op", "nosuchop")
     assert code == 2 and out == ""
     assert "'nosuchop' matches no spec" in capsys.readouterr().err
+
+
+# ---- exit status: 0 all good, 1 when what matters failed, 2 usage errors -------------
+
+
+def _manifest(tmp_path: Path, baseline: str) -> str:
+    path = tmp_path / "manifest.toml"
+    path.write_text(f'[baseline]\nmatmul = "{baseline}"\n')
+    return str(path)
+
+
+def test_all_good_is_zero(tmp_path: Path) -> None:
+    code, _ = run(
+        "run",
+        profile(tmp_path),
+        "--dtype",
+        "f32",
+        "--device",
+        "cpu",
+        "--variants",
+        "torch.matmul",
+        "numpy.matmul",
+        "--db",
+        str(tmp_path / "r.sqlite"),
+        "--strict",
+    )
+    assert code == 0
+
+
+BAD_BASELINE = """
+from matprobe.harness.variants import variant_family
+
+
+@variant_family(name="bad.zeros", ops=("matmul",))
+def zeros(spec, params, device):
+    def run(inputs, out):
+        out.zero_()
+
+    return run
+
+
+FAMILIES = (zeros,)
+"""
+
+
+def test_a_failing_baseline_is_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A baseline that FAILs leaves nothing to compare with: exit 1, said why."""
+    (tmp_path / "badbase.py").write_text(BAD_BASELINE)
+    monkeypatch.chdir(tmp_path)
+    manifest = tmp_path / "manifest.toml"
+    manifest.write_text('plugins = ["badbase"]\n\n[baseline]\nmatmul = "bad.zeros"\n')
+    code, _ = run(
+        "run",
+        profile(tmp_path),
+        "--dtype",
+        "f32",
+        "--device",
+        "cpu",
+        "--variants",
+        "bad.zeros",
+        "torch.matmul",
+        "--manifest",
+        str(manifest),
+        "--db",
+        str(tmp_path / "r.sqlite"),
+    )
+    assert code == 1
+    assert "bad.zeros/default FAIL" in capsys.readouterr().err
+
+
+def test_strict_fails_on_any_failure_and_nothing_passing_is_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from matprobe.harness.device import DeviceInfo
+    from matprobe.harness.report import Report, Row, SpecSection, run_problems
+    from matprobe.harness.results import ErrorKind, PairResult, Status
+    from matprobe.harness.timing import TimingPolicy
+    from matprobe.spec import MatmulSpec
+
+    spec = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=5 | k=3 | tA=0 | tB=1 | dtype=f32")
+
+    def row(variant: str, status: Status, tags: tuple[str, ...] = ()) -> Row:
+        fields = {"reason": "x"} if status is not Status.PASS else {}
+        if status is Status.ERROR:
+            fields["error_kind"] = ErrorKind.CRASH
+        from matprobe.harness.results import ErrorMetrics
+
+        metrics = ErrorMetrics(0, 0, 0, 0, 1, 1, 1) if status is Status.PASS else None
+        result = PairResult(
+            spec.key(),
+            variant,
+            variant.split("/")[0],
+            {},
+            "f",
+            "d",
+            "p",
+            status,
+            metrics=metrics,
+            **fields,
+        )  # type: ignore[arg-type]
+        return Row(result, tags, None, None, None, None, None, None)
+
+    def report(*rows: Row) -> Report:
+        section = SpecSection(spec, rows, (), "base/x", None, None, None)
+        return Report(
+            [section], DeviceInfo(kind="cpu", name="c"), TimingPolicy(), "", 1, 0.0, False
+        )
+
+    ok = row("base/x", Status.PASS, ("baseline",))
+    assert run_problems(report(ok, row("mine/a", Status.PASS))) == []
+    assert run_problems(report(ok, row("mine/a", Status.FAIL))) == []
+    assert run_problems(report(ok, row("mine/a", Status.FAIL)), strict=True)
+    assert run_problems(report(row("base/x", Status.ERROR, ("baseline",)), row("m/a", Status.PASS)))
+    assert run_problems(report(row("mine/a", Status.FAIL)))  # nothing passed

@@ -19,6 +19,7 @@ from matprobe import __version__
 from matprobe.analysis import AnalyzeOptions, analyze, render_text, to_json
 from matprobe.errors import MatprobeError
 from matprobe.jsonl import scan
+from matprobe.safetext import term_safe
 from matprobe.spec import DTYPES, MatmulSpec
 
 EXIT_USAGE = 2
@@ -281,7 +282,7 @@ def _infer_tokens(specs: Sequence[MatmulSpec]) -> int | None:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness.report import render_markdown, render_terminal, to_csv
+    from matprobe.harness.report import render_markdown, render_terminal, run_problems, to_csv
     from matprobe.harness.report import to_json as report_json
     from matprobe.harness.session import RunOptions, RunSession
 
@@ -340,7 +341,12 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if result.interrupted:
         print("matprobe: interrupted; finished pairs are stored", file=sys.stderr)
         return 130
-    return 0
+    problems = run_problems(report, strict=args.strict)
+    for problem in problems[:10]:
+        print(f"matprobe: {term_safe(problem)}", file=sys.stderr)
+    if len(problems) > 10:
+        print(f"matprobe: … and {len(problems) - 10} more", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def _check_writable_file(path: Path) -> None:
@@ -580,6 +586,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=3,
         help="validation trials with fresh inputs (default 3)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 on any FAIL or ERROR (default: only when a baseline fails or nothing passed)",
     )
     p.add_argument(
         "--timeout",

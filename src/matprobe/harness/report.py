@@ -194,6 +194,25 @@ class Report:
         return total if weighed or self.tokens else None
 
 
+def run_problems(report: Report, *, strict: bool = False) -> list[str]:
+    """What makes a run's exit status 1 (pytest's convention: 0 all good, 1 when
+    something that matters failed, 2 usage errors): a baseline that FAILs or
+    ERRORs (nothing is compared with it), no validated result at all, and with
+    ``strict`` any FAIL or ERROR."""
+    problems = []
+    rows = [row for section in report.sections for row in section.rows]
+    for row in rows:
+        bad = row.result.status is not Status.PASS
+        if bad and (row.is_baseline or strict):
+            problems.append(
+                f"{row.result.variant_id} {row.result.status.value.upper()} on "
+                f"{row.result.spec_key}"
+            )
+    if not any(row.result.status is Status.PASS for row in rows):
+        problems.append("no pair passed validation (nothing ran, or everything failed)")
+    return problems
+
+
 def _matches(target: str | None, result: PairResult) -> bool:
     return target is not None and (result.variant_id == target or result.family == target)
 
