@@ -167,6 +167,20 @@ def test_manifest_overrides_grid_exclude_and_disable(tmp_path: Path) -> None:
             "families.triton.gemv_nt.grid.bm",
         ),
         ({"families": {"triton.gemv_nt": {"enabled": "yes"}}}, "families.triton.gemv_nt.enabled"),
+        # Grid values are checked when read: a negative size, another type, a name
+        # with a newline (it would become part of a variant id).
+        (
+            {"families": {"triton.gemv_nt": {"grid": {"bn": [-8]}}}},
+            "families.triton.gemv_nt.grid.bn",
+        ),
+        (
+            {"families": {"triton.gemv_nt": {"grid": {"bn": ["8\nFAIL"]}}}},
+            "families.triton.gemv_nt.grid.bn",
+        ),
+        (
+            {"families": {"triton.gemv_nt": {"grid": {"bk": [1024.5]}}}},
+            "families.triton.gemv_nt.grid.bk",
+        ),
         ({"baseline": {"matmull": "torch.matmul"}}, "baseline.matmull"),
         ({"baseline": {"matmul": "torch.mm"}}, "baseline.matmul"),
     ],

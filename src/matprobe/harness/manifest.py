@@ -102,6 +102,22 @@ class Manifest:
         return None
 
 
+def _grid_value_problem(value: Any, defaults: Sequence[Any]) -> str | None:
+    """Checked when the manifest is read, not when a kernel is built: a value of
+    another type than the family's own grid values, a negative size, or a string
+    with control characters (it would become part of a variant id shown in
+    reports) is refused."""
+    kinds = {type(v) for v in defaults}
+    if type(value) not in kinds and not (type(value) is int and float in kinds):
+        wanted = " or ".join(sorted(k.__name__ for k in kinds))
+        return f"expected {wanted}, like the default grid {list(defaults)}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        return "must not be negative"
+    if isinstance(value, str) and (not value or any(ord(c) < 32 or ord(c) == 127 for c in value)):
+        return "must be a non-empty name without control characters"
+    return None
+
+
 def _fail(source: str, key: str, problem: str) -> ManifestError:
     return ManifestError(f"{source}: {key}: {problem}")
 
@@ -158,6 +174,9 @@ def parse_manifest(data: Mapping[str, Any], source: str, registry: Registry) -> 
                 values = values if isinstance(values, list) else [values]
                 if not values:
                     raise _fail(source, f"{where}.grid.{param}", "empty list")
+                for value in values:
+                    if problem := _grid_value_problem(value, family.grid[param]):
+                        raise _fail(source, f"{where}.grid.{param}", f"{value!r}: {problem}")
                 grid[param] = tuple(values)
         exclude = raw.get("exclude", [])
         if not isinstance(exclude, list) or not all(isinstance(v, str) for v in exclude):
