@@ -290,3 +290,54 @@ def test_strict_fails_on_any_failure_and_nothing_passing_is_one(
     assert run_problems(report(ok, row("mine/a", Status.FAIL)), strict=True)
     assert run_problems(report(row("base/x", Status.ERROR, ("baseline",)), row("m/a", Status.PASS)))
     assert run_problems(report(row("mine/a", Status.FAIL)))  # nothing passed
+
+
+def test_dry_run_shows_the_plan_and_runs_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "r.sqlite"
+    code, out = run(
+        "run",
+        profile(tmp_path),
+        "--dtype",
+        "f32",
+        "--device",
+        "cpu",
+        "--variants",
+        "torch.matmul",
+        "numpy.matmul",
+        "--dry-run",
+        "--db",
+        str(db),
+    )
+    assert code == 0
+    assert "2 to run" in out and "torch.matmul/default" in out and "numpy.matmul/default" in out
+    assert not db.exists()  # a dry run creates nothing
+    code, _ = run(
+        "run",
+        profile(tmp_path),
+        "--dtype",
+        "f32",
+        "--device",
+        "cpu",
+        "--variants",
+        "torch.matmul",
+        "--db",
+        str(db),
+    )
+    assert code == 0
+    code, out = run(
+        "run",
+        profile(tmp_path),
+        "--dtype",
+        "f32",
+        "--device",
+        "cpu",
+        "--variants",
+        "torch.matmul",
+        "numpy.matmul",
+        "--dry-run",
+        "--db",
+        str(db),
+    )
+    assert "1 to run" in out and "1 cached" in out and "cached      torch.matmul" in out
+    with ResultStore(db) as store:
+        assert len(store.runs()) == 1  # the dry runs recorded no run

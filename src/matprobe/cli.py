@@ -308,6 +308,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             command=" ".join(["matprobe", *sys.argv[1:]]),
         )
     )
+    if args.dry_run:
+        return _print_plan(session, specs, out)
     to_stdout = [name for name in ("json", "csv") if getattr(args, name) == "-"]
     if len(to_stdout) > 1:
         raise MatprobeError("only one of --json and --csv can be '-' (stdout)")
@@ -347,6 +349,18 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if len(problems) > 10:
         print(f"matprobe: … and {len(problems) - 10} more", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _print_plan(session: Any, specs: Sequence[MatmulSpec], out: TextIO) -> int:
+    """``run --dry-run``: every pair's state and reason, nothing measured or stored."""
+    plan, device = session.plan(specs)
+    out.write(f"plan on {term_safe(device.name)} ({device.kind}): {plan.summary()}\n")
+    for pair in plan.pairs:
+        why = f" — {term_safe(pair.reason)}" if pair.reason else ""
+        out.write(
+            f"  {pair.state.value:11s} {pair.variant.id}  {term_safe(pair.spec.key())}{why}\n"
+        )
+    return 0
 
 
 def _check_writable_file(path: Path) -> None:
@@ -586,6 +600,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=3,
         help="validation trials with fresh inputs (default 3)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print every pair's state (run, cached, unsupported) and reason; run nothing",
     )
     p.add_argument(
         "--strict",

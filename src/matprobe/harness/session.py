@@ -182,6 +182,36 @@ class RunSession:
                 f"known families: {', '.join(self.registry.names())}"
             )
 
+    def _variants_for(self, device: DeviceInfo) -> tuple[list[Variant], list[str]]:
+        """The selected variants on ``device`` (one grid point per interpreted family on
+        the CPU unless the user named variants) and the notes that say so."""
+        variants, notes = list(self.variants), []
+        if device.kind == "cpu" and not self.options.variants:
+            variants, dropped = one_point_per_interpreted_family(variants)
+            if dropped:
+                notes.append(
+                    f"CPU: Triton families are validated in the interpreter at one "
+                    f"grid point each ({dropped} other points skipped; name them "
+                    f"with --variants)"
+                )
+        return variants, notes
+
+    def _policy(self) -> TimingPolicy:
+        return TimingPolicy(kernel_clock=self.options.kernel_clock, trials=self.options.trials)
+
+    def plan(self, specs: Sequence[MatmulSpec]) -> tuple[Plan, DeviceInfo]:
+        """What :meth:`run` would do, without doing it: every pair's state (run, cached,
+        unsupported) and reason. Nothing is measured, stored or created."""
+        if not specs:
+            raise MatprobeError("no specs to run")
+        device = detect(self.options.device)
+        variants, _ = self._variants_for(device)
+        with _dry_run_store(self.options.db) as store:
+            plan = make_plan(
+                specs, variants, device, self._policy(), store, force=self.options.force
+            )
+        return plan, device
+
     def run(
         self, specs: Sequence[MatmulSpec], *, source: str = "", tokens: int | None = None
     ) -> RunResult:
@@ -192,16 +222,8 @@ class RunSession:
         if not specs:
             raise MatprobeError("no specs to run")
         device = detect(options.device)
-        variants, notes = self.variants, []
-        if device.kind == "cpu" and not options.variants:
-            variants, dropped = one_point_per_interpreted_family(variants)
-            if dropped:
-                notes.append(
-                    f"CPU: Triton families are validated in the interpreter at one "
-                    f"grid point each ({dropped} other points skipped; name them "
-                    f"with --variants)"
-                )
-        policy = TimingPolicy(kernel_clock=options.kernel_clock, trials=options.trials)
+        variants, notes = self._variants_for(device)
+        policy = self._policy()
         baselines = {
             op: self.manifest.baseline_for(op, self.registry) for op in {s.kind for s in specs}
         }
@@ -257,6 +279,17 @@ class RunSession:
             report.notes.append(CPU_NOTE)
             report.notes.extend(notes)
         return RunResult(report, plan, outcome)
+
+
+def _dry_run_store(db: str | Path | None) -> ResultStore:
+    """The store a dry run reads: the real one when it exists (read for its cache),
+    else an empty one in a temporary folder — a dry run creates nothing."""
+    import tempfile
+
+    path = Path(db) if db else default_store_path()
+    if path.exists():
+        return ResultStore(path)
+    return ResultStore(Path(tempfile.mkdtemp(prefix="matprobe-dry-")) / "empty.sqlite")
 
 
 def run_specs(
