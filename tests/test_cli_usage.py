@@ -341,3 +341,37 @@ def test_dry_run_shows_the_plan_and_runs_nothing(tmp_path: Path) -> None:
     assert "1 to run" in out and "1 cached" in out and "cached      torch.matmul" in out
     with ResultStore(db) as store:
         assert len(store.runs()) == 1  # the dry runs recorded no run
+
+
+@pytest.mark.parametrize(
+    ("pattern", "extra", "points"),
+    [
+        ("triton.gemv_nt", (), 1),  # naming a family keeps one point on the CPU
+        ("triton.gemv_nt/*", (), None),  # naming its points asks for all of them
+        ("triton.gemv_nt", ("--every-point",), None),
+    ],
+)
+def test_naming_a_family_keeps_one_interpreted_point_on_the_cpu(
+    tmp_path: Path, pattern: str, extra: tuple[str, ...], points: int | None
+) -> None:
+    pytest.importorskip("triton", reason="needs triton for the family's support check")
+    from matprobe.variants.catalogue import shipped_registry
+
+    code, out = run(
+        "run",
+        profile(tmp_path),
+        "--dtype",
+        "f32",
+        "--device",
+        "cpu",
+        "--variants",
+        pattern,
+        *extra,
+        "--dry-run",
+        "--db",
+        str(tmp_path / "r.db"),
+    )
+    assert code == 0
+    planned = [line for line in out.splitlines() if "triton.gemv_nt/" in line]
+    everything = len(shipped_registry().family("triton.gemv_nt").variants())
+    assert len(planned) == (points if points is not None else everything)

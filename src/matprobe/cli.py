@@ -297,6 +297,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     session = RunSession(
         RunOptions(
             variants=tuple(args.variants or ()),
+            every_point=args.every_point,
             device=args.device,
             manifest=args.manifest,
             plugins=tuple(args.plugin or ()),
@@ -600,6 +601,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=3,
         help="validation trials with fresh inputs (default 3)",
+    )
+    p.add_argument(
+        "--every-point",
+        action="store_true",
+        help="on the CPU, validate every grid point of the Triton families (default: one "
+        "each, unless --variants names points as 'FAMILY/…')",
     )
     p.add_argument(
         "--dry-run",

@@ -52,6 +52,9 @@ class RunOptions:
     #: glob patterns over variant ids and family names; empty: the manifest's enabled
     #: variants (and, on the CPU, one grid point per interpreted family)
     variants: tuple[str, ...] = ()
+    #: on the CPU, validate every grid point of interpreted families (default: one
+    #: each, unless a --variants pattern names grid points, "family/…")
+    every_point: bool = False
     #: "cuda" or "cpu"; None: cuda where there is one
     device: str | None = None
     #: a manifest file; None: the shipped default
@@ -186,13 +189,16 @@ class RunSession:
         """The selected variants on ``device`` (one grid point per interpreted family on
         the CPU unless the user named variants) and the notes that say so."""
         variants, notes = list(self.variants), []
-        if device.kind == "cpu" and not self.options.variants:
+        # Naming a family is not asking for all its points: only a pattern that names
+        # grid points ("family/…") or --every-point lifts the one-point rule.
+        names_points = any("/" in pattern for pattern in self.options.variants)
+        if device.kind == "cpu" and not names_points and not self.options.every_point:
             variants, dropped = one_point_per_interpreted_family(variants)
             if dropped:
                 notes.append(
                     f"CPU: Triton families are validated in the interpreter at one "
                     f"grid point each ({dropped} other points skipped; name them "
-                    f"with --variants)"
+                    f"with --variants 'FAMILY/*' or use --every-point)"
                 )
         return variants, notes
 
