@@ -15,10 +15,8 @@ from matprobe.harness.device import DeviceInfo
 from matprobe.harness.report import (
     Report,
     build_report,
-    md_safe,
     render_markdown,
     render_terminal,
-    term_safe,
     to_csv,
     to_json,
 )
@@ -26,6 +24,7 @@ from matprobe.harness.results import Clocks, ClockStats, ErrorMetrics, PairResul
 from matprobe.harness.runner import PairState, Plan, PlannedPair, RunOutcome
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import Variant, VariantFamily
+from matprobe.safetext import md_safe, term_safe
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance
 from matprobe.stats import Stats
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+#: C0 controls (ESC, newline, …), DEL and C1 controls: a terminal acts on them.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 #: Characters Markdown (GFM tables, inline HTML, code spans, links) would act on.

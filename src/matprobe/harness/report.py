@@ -22,7 +22,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,6 +32,7 @@ from matprobe.harness.results import PairResult, Ratio, Status
 from matprobe.harness.runner import PairState, Plan, RunOutcome
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import Variant
+from matprobe.safetext import md_safe, term_safe
 from matprobe.spec import MatmulSpec
 
 #: host round trip at least this many times the device time: launch-bound
@@ -412,43 +412,6 @@ def early_launch_note(plan: Plan) -> str:
         param = variant.family.early_launch_param
         tags.append(f"{param}{variant.param_dict.get(param or '')}")
     return EARLY_LAUNCH_NOTE.format(which="/".join(sorted(set(tags))))
-
-
-# ---- escaping ------------------------------------------------------------------------
-
-#: C0 controls (ESC, newline, …), DEL and C1 controls: a terminal acts on them.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-#: Characters Markdown (GFM tables, inline HTML, code spans, links) would act on.
-_MD_ESCAPES = {
-    "\\": "\\\\",
-    "`": "\\`",
-    "|": "\\|",
-    "[": "\\[",
-    "]": "\\]",
-    "&": "&amp;",
-    "<": "&lt;",
-    ">": "&gt;",
-}
-
-
-#: How a control character is shown: as Python writes it in a string literal.
-_SHOWN = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def term_safe(text: str) -> str:
-    """``text`` with every control character shown as ``\\n`` or ``\\xNN``: a name
-    read from a profile can neither drive the terminal (ESC sequences) nor forge a
-    line."""
-    return _CONTROL.sub(lambda m: _SHOWN.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
-
-
-def md_safe(text: str) -> str:
-    """``text`` as literal Markdown: line breaks become spaces, other controls
-    ``\\xNN``, and ``| ` [ ] \\`` and ``< > &`` cannot make table cells, code,
-    links or HTML."""
-    text = term_safe(re.sub(r"[\r\n\t]+", " ", text))
-    return "".join(_MD_ESCAPES.get(c, c) for c in text)
 
 
 # ---- formatting helpers ------------------------------------------------------------

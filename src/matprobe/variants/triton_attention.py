@@ -85,8 +85,6 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     if spec.m != 1:
         return "needs m=1 (one query row per head: a batched GEMV)"
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
-    if n == 0 or k == 0:
-        return "empty matmul (n or k is 0)"
     if k > MAX_ROW or n > MAX_ROW:
         return (
             f"needs k <= {MAX_ROW} and n <= {MAX_ROW} (got k={k}, n={n}): built for attention "

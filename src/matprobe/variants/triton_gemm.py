@@ -95,8 +95,6 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
             f"exceeds the {MAX_SHARED_BYTES // 1024} KB a block may use"
         )
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
-    if n == 0 or k == 0:
-        return "empty matmul (n or k is 0)"
     too_large = interpreter_too_large(device, batch, n, k)
     if too_large is not None:
         return too_large

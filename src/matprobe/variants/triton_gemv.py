@@ -72,8 +72,6 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
             f"per thread, > {MAX_PER_THREAD}: registers would spill (raise w or lower bn)"
         )
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
-    if n == 0 or k == 0:
-        return "empty matmul (n or k is 0)"
     if bk > WIDE_TILE and bk >= 2 * k:
         return (
             f"bk={bk} for k={k}: a tile wider than {WIDE_TILE} must hold data "

@@ -77,8 +77,6 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         # have written — and the persistent grid is laid out for one matrix.
         return "needs batch=1: built for weight matrices (attention has triton.attn_bmv)"
     n, k = spec.n_total or 0, spec.k or 0
-    if n == 0 or k == 0:
-        return "empty matmul (n or k is 0)"
     if k > MAX_K:
         return f"needs k <= {MAX_K}: the whole K row is one register tile (k={k})"
     bn, per_sm, warps = params.get("bn"), params.get("p"), params.get("w")

@@ -112,8 +112,6 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
             f"per thread with w={warps} (register spills)"
         )
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
-    if n == 0 or k == 0:
-        return "empty matmul (n or k is 0)"
     if batch > MAX_GRID_YZ:
         return f"batch={batch} exceeds the grid's z limit of {MAX_GRID_YZ}"
     return interpreter_too_large(device, batch, n, k)

@@ -166,8 +166,6 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         return f"w={warps!r}: num_warps must be a power of two <= 32"
     if bn * bk > MAX_TILE_ELEMENTS:
         return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
-    if n == 0:
-        return "empty matmul (n is 0)"
     if batch > MAX_GRID_YZ:
         return f"batch={batch} exceeds the grid's limit of {MAX_GRID_YZ}"
     plan = plan_split(n, k, batch, bn, bk, split, device.sm_count)
