@@ -29,6 +29,11 @@ def profile(tmp_path: Path, n: int = 53, k: int = 40) -> str:
     return str(path)
 
 
+def run_cpu(tmp_path: Path, *argv: str) -> tuple[int, str]:
+    """``matprobe run`` on the small profile, f32, on the CPU, with ``argv`` after."""
+    return run("run", profile(tmp_path), "--dtype", "f32", "--device", "cpu", *argv)
+
+
 def run(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
     try:
@@ -77,13 +82,8 @@ def test_a_glob_that_matches_nothing_is_an_error(
 def test_data_to_stdout_is_the_data_alone(
     tmp_path: Path, form: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, stdout = run(
-        "run",
-        profile(tmp_path),
-        "--dtype",
-        "f32",
-        "--device",
-        "cpu",
+    code, stdout = run_cpu(
+        tmp_path,
         "--variants",
         "torch.matmul",
         f"--{form}",
@@ -186,13 +186,8 @@ def _manifest(tmp_path: Path, baseline: str) -> str:
 
 
 def test_all_good_is_zero(tmp_path: Path) -> None:
-    code, _ = run(
-        "run",
-        profile(tmp_path),
-        "--dtype",
-        "f32",
-        "--device",
-        "cpu",
+    code, _ = run_cpu(
+        tmp_path,
         "--variants",
         "torch.matmul",
         "numpy.matmul",
@@ -227,13 +222,8 @@ def test_a_failing_baseline_is_one(
     monkeypatch.chdir(tmp_path)
     manifest = tmp_path / "manifest.toml"
     manifest.write_text('plugins = ["badbase"]\n\n[baseline]\nmatmul = "bad.zeros"\n')
-    code, _ = run(
-        "run",
-        profile(tmp_path),
-        "--dtype",
-        "f32",
-        "--device",
-        "cpu",
+    code, _ = run_cpu(
+        tmp_path,
         "--variants",
         "bad.zeros",
         "torch.matmul",
@@ -294,13 +284,8 @@ def test_strict_fails_on_any_failure_and_nothing_passing_is_one(
 
 def test_dry_run_shows_the_plan_and_runs_nothing(tmp_path: Path) -> None:
     db = tmp_path / "r.sqlite"
-    code, out = run(
-        "run",
-        profile(tmp_path),
-        "--dtype",
-        "f32",
-        "--device",
-        "cpu",
+    code, out = run_cpu(
+        tmp_path,
         "--variants",
         "torch.matmul",
         "numpy.matmul",
@@ -311,26 +296,16 @@ def test_dry_run_shows_the_plan_and_runs_nothing(tmp_path: Path) -> None:
     assert code == 0
     assert "2 to run" in out and "torch.matmul/default" in out and "numpy.matmul/default" in out
     assert not db.exists()  # a dry run creates nothing
-    code, _ = run(
-        "run",
-        profile(tmp_path),
-        "--dtype",
-        "f32",
-        "--device",
-        "cpu",
+    code, _ = run_cpu(
+        tmp_path,
         "--variants",
         "torch.matmul",
         "--db",
         str(db),
     )
     assert code == 0
-    code, out = run(
-        "run",
-        profile(tmp_path),
-        "--dtype",
-        "f32",
-        "--device",
-        "cpu",
+    code, out = run_cpu(
+        tmp_path,
         "--variants",
         "torch.matmul",
         "numpy.matmul",
@@ -357,13 +332,8 @@ def test_naming_a_family_keeps_one_interpreted_point_on_the_cpu(
     pytest.importorskip("triton", reason="needs triton for the family's support check")
     from matprobe.variants.catalogue import shipped_registry
 
-    code, out = run(
-        "run",
-        profile(tmp_path),
-        "--dtype",
-        "f32",
-        "--device",
-        "cpu",
+    code, out = run_cpu(
+        tmp_path,
         "--variants",
         pattern,
         *extra,
