@@ -71,18 +71,19 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _driver_version() -> str:
+def command_line(args: list[str]) -> str:
+    """The first line a read-only system command prints, or "" when it is missing,
+    fails or hangs (nvidia-smi, sysctl: facts worth having, never worth an error)."""
     try:
-        proc = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    return proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout else ""
+    lines = proc.stdout.strip().splitlines() if proc.returncode == 0 else []
+    return lines[0].strip() if lines else ""
+
+
+def _driver_version() -> str:
+    return command_line(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
 
 
 def cuda_available() -> bool:
@@ -114,17 +115,7 @@ def mps_available() -> bool:
 
 def _apple_chip() -> str:
     """The chip's marketing name (``Apple M2 Max``) from sysctl, else the machine type."""
-    try:
-        proc = subprocess.run(
-            ["sysctl", "-n", "machdep.cpu.brand_string"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        proc = None
-    name = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
+    name = command_line(["sysctl", "-n", "machdep.cpu.brand_string"])
     return name or platform.machine() or "Apple GPU"
 
 

@@ -131,22 +131,13 @@ def time_host_cpu(fn: Call, inputs: Any, out: Any, policy: TimingPolicy) -> Cloc
 
 def gpu_clock_state() -> dict[str, str]:
     """SM clock and active throttle reasons, as nvidia-smi reports them (read only)."""
-    import subprocess
+    from matprobe.harness.device import command_line
 
     fields = "clocks.sm,clocks.max.sm,clocks_throttle_reasons.active,temperature.gpu,power.draw"
-    try:
-        proc = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+    line = command_line(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"])
+    if not line:
         return {}
-    if proc.returncode != 0 or not proc.stdout.strip():
-        return {}
-    values = [v.strip() for v in proc.stdout.strip().splitlines()[0].split(",")]
+    values = [v.strip() for v in line.split(",")]
     return dict(zip(fields.split(","), values, strict=False))
 
 
