@@ -189,3 +189,57 @@ def test_the_catalogue_imports_without_torch_triton_or_mlx() -> None:
         if not p.stem.startswith("_") and p.stem != "catalogue"
     }
     assert set(proc.stdout.split()) == shipped  # every family module is in the catalogue
+
+
+KERNEL_MODULES = sorted(
+    name
+    for name in MODULES
+    if name.startswith("matprobe.variants._triton_") and name.endswith("_kernels")
+)
+BLOCKS = "matprobe.variants._triton_blocks"
+
+
+def _jit_functions(path: Path) -> list[ast.FunctionDef]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+
+
+def test_every_kernel_module_stores_through_the_shared_epilogue() -> None:
+    """One epilogue (alpha·acc + beta·C0 + bias in fp32, one cast): every family's
+    kernels import it from the blocks module, and no kernel stores an output
+    after scaling by alpha itself — a second copy would drift from the reference's order."""
+    assert len(KERNEL_MODULES) >= 6
+    for name in KERNEL_MODULES:
+        text = MODULES[name].read_text(encoding="utf-8")
+        assert f"from {BLOCKS} import" in text, name
+        assert "* alpha" not in text, f"{name} applies alpha itself"
+
+
+def test_the_split_k_finish_is_written_once() -> None:
+    """The last-arriving program (barrier, acq_rel counter) and the read-and-zero
+    of a workspace live only in the blocks module; kernels call them."""
+    for name in KERNEL_MODULES:
+        text = MODULES[name].read_text(encoding="utf-8")
+        assert 'sem="acq_rel"' not in text, f"{name} counts arrivals itself"
+        assert "tl.zeros_like(total)" not in text, f"{name} zeroes a workspace itself"
+    blocks = {f.name for f in _jit_functions(MODULES[BLOCKS])}
+    assert {"epilogue_terms", "store_out", "epilogue_store", "arrive_last", "take_sums"} <= blocks
+
+
+def test_family_constants_are_defined_once() -> None:
+    """Grid limits, the default SM count and element sizes have one home."""
+    for constant in ("MAX_GRID_YZ", "DEFAULT_SM_COUNT", "DEFAULT_SMS", "ELEMENT_BYTES"):
+        homes = [
+            name
+            for name, path in MODULES.items()
+            if name.startswith("matprobe.variants")
+            and any(
+                isinstance(node, ast.Assign | ast.AnnAssign)
+                and any(
+                    isinstance(t, ast.Name) and t.id == constant
+                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                )
+                for node in ast.parse(path.read_text(encoding="utf-8")).body
+            )
+        ]
+        assert len(homes) <= 1, f"{constant} defined in {homes}"

@@ -211,8 +211,8 @@ def test_shipped_families_hash_the_modules_their_sources_lists_named(name: str) 
     kernels = f"matprobe.variants._{name}_kernels"
     assert {module.__name__, kernels, "matprobe.variants._triton_common"} <= set(closure)
     assert closure[kernels].read_text(encoding="utf-8") == module.KERNELS_SOURCE
-    if "_triton_epilogue" in module.KERNELS_SOURCE:
-        assert "matprobe.variants._triton_epilogue" in closure
+    if "_triton_blocks" in module.KERNELS_SOURCE:
+        assert "matprobe.variants._triton_blocks" in closure
     assert not any(n.startswith("matprobe.harness") for n in closure)  # only the package
 
 

@@ -1,6 +1,5 @@
 """The user's own backends: the MLX peer family on MLX's CPU backend, and the MPS
-device kind (refused here: no Apple GPU; refused on a Mac too until the harness
-has an MPS recorder).
+device kind (refused here: no Apple GPU; its recorder is tested in test_mps.py).
 
 What MLX's CPU backend does in f16/bf16 (mlx 0.32.4): fp32 accumulation and one
 rounding on every path, α and β·C₀ applied in fp32 by ``addmm`` — so the family
@@ -232,17 +231,12 @@ def test_detect_mps_is_a_clear_error_here() -> None:
     assert "\n" not in message
 
 
-def test_detect_mps_is_refused_until_the_harness_can_time_on_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Where MPS exists, the device is described but not handed to a run: the
-    measurement code would otherwise time it as a CPU."""
-    info = DeviceInfo(kind="mps", name="Apple M9 (MPS)")
+def test_detect_mps_hands_the_device_to_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where MPS exists, ``--device mps`` measures on it (the harness has an MPS
+    recorder; see tests/test_mps.py), rotating inputs past the assumed cache."""
+    info = DeviceInfo(kind="mps", name="Apple M9 (MPS)", l2_bytes=device_mod.MPS_CACHE_BYTES)
     monkeypatch.setattr(device_mod, "mps_info", lambda: info)
-    assert not device_mod.MPS_MEASURABLE
-    with pytest.raises(MatprobeError, match=r"cannot time on MPS yet"):
-        device_mod.detect("mps")
-    monkeypatch.setattr(device_mod, "MPS_MEASURABLE", True)
+    assert device_mod.MPS_MEASURABLE
     assert device_mod.detect("mps") is info
 
 

@@ -94,11 +94,14 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-#: Whether a run may measure on MPS. False until the harness has an MPS recorder
-#: (``measure.py``/``sampling.py``/``timing.py`` know CUDA and the CPU only: they
-#: would place the tensors on the CPU and time that); :func:`detect` refuses
-#: ``mps`` meanwhile.
-MPS_MEASURABLE = False
+#: Whether a run may measure on MPS: the harness has an MPS recorder
+#: (``sampling.MpsRecorder``: MPS events around eager replays) and computes MPS
+#: references in float64 on the CPU (``inputs.float64_device``).
+MPS_MEASURABLE = True
+
+#: The cache an MPS run rotates its inputs past: the largest system-level cache
+#: of an Apple GPU (M-series Ultra, 96 MB); smaller chips are covered by it.
+MPS_CACHE_BYTES = 96 * 2**20
 
 NO_MPS = "no MPS device: needs Apple silicon with PyTorch's MPS backend"
 
@@ -132,6 +135,7 @@ def mps_info() -> DeviceInfo:
         kind="mps",
         name=f"{_apple_chip()} (MPS)",
         memory_bytes=int(recommended()) if callable(recommended) else 0,
+        l2_bytes=MPS_CACHE_BYTES,
         versions=versions,
     )
 

@@ -111,6 +111,14 @@ def make_inputs(
     )
 
 
+def float64_device(device: Any) -> Any:
+    """Where float64 can be computed for tensors on ``device``: the device itself,
+    except MPS (Metal has no float64), whose references are computed on the CPU."""
+    import torch
+
+    return "cpu" if torch.device(device).type == "mps" else device
+
+
 def reference(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
     """float64 result ``α·A·B + β·C₀ + bias`` on ``device`` (the CPU unless asked:
     a GPU's float64 is exact enough and much faster for the hundreds of input sets
@@ -121,6 +129,7 @@ def reference(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
     order only matters for specs that set both, and it is documented here.
     """
     f64 = torch_float64()
+    device = float64_device(device)
     a = inputs.a_mk().detach().to(device, f64)
     b = inputs.b_kn().detach().to(device, f64)
     out = inputs.alpha * (a @ b)
@@ -136,6 +145,7 @@ def reference_scale(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
     sums. Where the terms cancel (a near-zero output, n = 1 with a bias …) this,
     divided by √K, is the scale rounding errors are judged against."""
     f64 = torch_float64()
+    device = float64_device(device)
     a = inputs.a_mk().detach().to(device, f64).abs()
     b = inputs.b_kn().detach().to(device, f64).abs()
     scale = abs(inputs.alpha) * (a @ b)

@@ -19,13 +19,13 @@ from matprobe.harness.inputs import GuardedOutputs, fresh_copy, make_inputs, see
 from matprobe.harness.results import Clocks, ErrorKind, PairResult, Status
 from matprobe.harness.sampling import (
     Contender,
-    CpuRecorder,
-    CudaRecorder,
+    Recorder,
     calls_steps,
     interleave,
     producer_sources,
     producer_step,
     ratio_of,
+    recorder_for,
 )
 from matprobe.harness.timing import (
     TimingPolicy,
@@ -121,14 +121,20 @@ def error_result(
 
 
 def _sync(device: DeviceInfo) -> None:
-    if device.kind == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
+    recorder_for(device.kind).sync()
 
 
 def _torch_device(device: DeviceInfo) -> str:
-    return f"cuda:{device.index}" if device.kind == "cuda" else "cpu"
+    if device.kind == "cuda":
+        return f"cuda:{device.index}"
+    return "mps" if device.kind == "mps" else "cpu"
+
+
+#: What an MPS figure is, said on every MPS row.
+MPS_NOTE = (
+    "MPS: device clock is MPS-event time of eager calls (host encoding included, no "
+    "graphs), inputs rotated over > 3× the assumed cache; float64 references on the CPU"
+)
 
 
 class GuardBreachError(Exception):
@@ -181,7 +187,7 @@ def measure_pair(
         return fail(str(failed))
     if not checked.passed:
         return fail(checked.failure or "", checked.metrics)
-    recorder = CudaRecorder() if device.kind == "cuda" else CpuRecorder()
+    recorder = recorder_for(device.kind)
     if variant.launches_early and (problem := check_chain(spec, fn, recorder, where)):
         return fail(problem, checked.metrics)
 
@@ -233,7 +239,7 @@ def _time(
     fn: KernelFn,
     device: DeviceInfo,
     policy: TimingPolicy,
-    recorder: CudaRecorder | CpuRecorder,
+    recorder: Recorder,
     baseline: tuple[str, KernelFn] | None,
 ) -> tuple[Clocks, str | None]:
     """The device clock after a producer, interleaved with the baseline (see
@@ -294,7 +300,10 @@ def _time(
     hot_policy = replace(policy, budget_s=policy.budget_s / 4)
     hot = interleave(recorder, hot_producer, hot_entry, None, hot_calls, hot_policy).candidate
     out = hot_entry.outputs.views[0]
-    host = time_host_cuda(fn, first, out, policy) if cuda else time_host_cpu(fn, first, out, policy)
+    if cuda:
+        host = time_host_cuda(fn, first, out, policy)
+    else:
+        host = time_host_cpu(fn, first, out, policy, sync=recorder.sync)
     kernel = None
     if policy.kernel_clock and cuda:
         try:
@@ -305,7 +314,9 @@ def _time(
             gap = abs(kernel.median_us - rounds.candidate.median_us) / rounds.candidate.median_us
             if gap > KERNEL_CLOCK_TOLERANCE:
                 notes.append(f"kernel clock disagrees with device clock by {gap:.0%}")
-    if not cuda:
+    if device.kind == "mps":
+        notes.append(MPS_NOTE)
+    elif not cuda:
         notes.append("CPU: device clock is wall time per call; caches not flushed")
     return Clocks(
         device=rounds.candidate,

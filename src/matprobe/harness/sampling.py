@@ -77,6 +77,54 @@ class CpuRecorder:
         return None
 
 
+class MpsRecorder(CpuRecorder):
+    """Apple's GPU through PyTorch's MPS backend. There are no graphs: a recording
+    is the list of steps, replayed eagerly, and its time is taken between two
+    MPS events (``torch.mps.Event``: GPU timestamps of the command stream) after
+    draining the queue — so it includes the host's encoding of each op, as an
+    eager MPS engine pays it. Without events: the wall clock around a replay
+    and a synchronize."""
+
+    def record(self, steps: Sequence[Step], warmup: int) -> list[Step]:
+        # More than one warm-up pass: MPS compiles a Metal pipeline per new shape.
+        for _ in range(max(warmup, 1)):
+            for step in steps:
+                step()
+        self.sync()
+        return list(steps)
+
+    def time_us(self, recording: list[Step]) -> float:
+        import torch
+
+        self.sync()
+        event = getattr(torch.mps, "Event", None)
+        if event is None:
+            t0 = time.perf_counter()
+            self.replay(recording)
+            self.sync()
+            return (time.perf_counter() - t0) * 1e6
+        start, end = event(enable_timing=True), event(enable_timing=True)
+        start.record()
+        self.replay(recording)
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) * 1000.0
+
+    def sync(self) -> None:
+        import torch
+
+        torch.mps.synchronize()
+
+
+def recorder_for(kind: str) -> Recorder:
+    """The recorder of a device kind: CUDA graphs, MPS events, or the CPU's wall clock."""
+    if kind == "cuda":
+        return CudaRecorder()
+    if kind == "mps":
+        return MpsRecorder()
+    return CpuRecorder()
+
+
 class CudaRecorder:
     """CUDA: warm up on a side stream (compilation, autotuning, handles), capture the
     steps into one CUDA graph, time a replay between two events."""

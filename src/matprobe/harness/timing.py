@@ -114,12 +114,17 @@ def time_kernels_profiler(fn: Call, sets: Sequence[Any], out: Any, calls: int) -
 # ---- CPU ---------------------------------------------------------------------------
 
 
-def time_host_cpu(fn: Call, inputs: Any, out: Any, policy: TimingPolicy) -> ClockStats:
+def time_host_cpu(
+    fn: Call, inputs: Any, out: Any, policy: TimingPolicy, sync: Callable[[], None] = lambda: None
+) -> ClockStats:
+    """One call and ``sync`` (MPS: drain the queue; the CPU: nothing), wall clock."""
     samples = []
     started = time.perf_counter()
+    sync()
     for _ in range(policy.host_samples):
         t0 = time.perf_counter()
         fn(inputs, out)
+        sync()
         samples.append((time.perf_counter() - t0) * 1e6)
         if time.perf_counter() - started > policy.budget_s and len(samples) >= 3:
             break

@@ -19,6 +19,7 @@ reason it is not, so the plan can say *why* a pair is skipped.
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -250,11 +251,20 @@ def variant_family(
         )
 
     def wrap(build: Builder) -> VariantFamily:
+        @functools.wraps(build)
+        def checked_build(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> Any:
+            # Every family's builder refuses what its supports check refuses, with
+            # the same reason: checked here once, never re-written per family.
+            reason = supports(spec, params, device)
+            if reason is not None:
+                raise MatprobeError(f"{name}: {reason}")
+            return build(spec, params, device)
+
         return VariantFamily(
             name=name,
             ops=frozenset(ops),
             devices=frozenset(devices),
-            build=build,
+            build=checked_build,
             supports=supports,
             grid=grid_params,
             dtypes=frozenset(dtypes),

@@ -26,58 +26,7 @@ never imports triton, and so that the family can fingerprint this file's text.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-
-@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
-def _epilogue_terms(  # type: ignore[no-untyped-def]
-    pid_b,
-    offs_n,
-    mask_n,
-    c0_ptr,
-    bias_ptr,
-    stride_cb,
-    stride_cn,
-    stride_bias,
-    beta,
-    HAS_C0: tl.constexpr,  # noqa: N803
-    HAS_BIAS: tl.constexpr,  # noqa: N803
-    BLOCK_N: tl.constexpr,  # noqa: N803
-):
-    """(beta·C0, bias) for the outputs ``offs_n`` of batch ``pid_b``, fp32 (zeros when absent)."""
-    c0_term = tl.zeros([BLOCK_N], dtype=tl.float32)
-    bias_term = tl.zeros([BLOCK_N], dtype=tl.float32)
-    if HAS_C0:
-        # Always masked: 1 predicate for a few dozen elements, not worth a branch.
-        c0 = tl.load(c0_ptr + pid_b * stride_cb + offs_n * stride_cn, mask=mask_n, other=0.0)
-        c0_term = beta * c0.to(tl.float32)
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=mask_n, other=0.0)
-        bias_term = bias.to(tl.float32)
-    return c0_term, bias_term
-
-
-@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
-def _finish(  # type: ignore[no-untyped-def]
-    acc,
-    c0_term,
-    bias_term,
-    alpha,
-    out_ptr,
-    pid_b,
-    offs_n,
-    mask_n,
-    stride_ob,
-    stride_on,
-    MASK_N: tl.constexpr,  # noqa: N803
-) -> None:
-    # The order matprobe.harness.inputs.reference documents: alpha scaling,
-    # then beta * C0, then the bias — all fp32, one cast on store.
-    res = acc * alpha + c0_term + bias_term
-    out = res.to(out_ptr.dtype.element_ty)
-    out_ptrs = out_ptr + pid_b * stride_ob + offs_n * stride_on
-    if MASK_N:
-        tl.store(out_ptrs, out, mask=mask_n)
-    else:
-        tl.store(out_ptrs, out)
+from matprobe.variants._triton_blocks import arrive_last, row_epilogue_terms, store_out
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -116,9 +65,9 @@ def attn_scores_kernel(  # type: ignore[no-untyped-def]
     offs_k = tl.arange(0, BLOCK_K)
 
     # Epilogue operands first: their loads overlap the tile's.
-    c0_term, bias_term = _epilogue_terms(
+    c0_term, bias_term = row_epilogue_terms(
         pid_b, offs_n, mask_n, c0_ptr, bias_ptr, stride_cb, stride_cn, stride_bias, beta,
-        HAS_C0, HAS_BIAS, BLOCK_N,
+        HAS_C0, HAS_BIAS,
     )  # fmt: skip
 
     q_base = q_ptr + pid_b * stride_qb
@@ -153,8 +102,8 @@ def attn_scores_kernel(  # type: ignore[no-untyped-def]
             acc2 += kt.to(tl.float32) * q.to(tl.float32)[None, :]
         acc = tl.sum(acc2, axis=1)
 
-    _finish(acc, c0_term, bias_term, alpha, out_ptr, pid_b, offs_n, mask_n, stride_ob, stride_on,
-            True)  # fmt: skip
+    out_ptrs = out_ptr + pid_b * stride_ob + offs_n * stride_on
+    store_out(acc, c0_term, bias_term, alpha, out_ptrs, mask_n)
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -217,32 +166,28 @@ def attn_values_kernel(  # type: ignore[no-untyped-def]
         v = tl.load(v_ptrs, mask=v_mask, other=0.0)
         tl.extra.cuda.gdc_wait()
     if SPLIT_P2 == 1:
-        c0_term, bias_term = _epilogue_terms(
+        c0_term, bias_term = row_epilogue_terms(
             pid_b, offs_n, mask_n, c0_ptr, bias_ptr, stride_cb, stride_cn, stride_bias, beta,
-            HAS_C0, HAS_BIAS, BLOCK_N,
+            HAS_C0, HAS_BIAS,
         )  # fmt: skip
+    out_ptrs = out_ptr + pid_b * stride_ob + offs_n * stride_on
     p = tl.load(p_base + rows * stride_pk, mask=mask_k, other=0.0)
     if not PDL:
         v = tl.load(v_ptrs, mask=v_mask, other=0.0)
     acc = tl.sum(p.to(tl.float32)[:, None] * v.to(tl.float32), axis=0)
 
     if SPLIT_P2 == 1:
-        _finish(acc, c0_term, bias_term, alpha, out_ptr, pid_b, offs_n, mask_n, stride_ob,
-                stride_on, MASK_N)  # fmt: skip
+        store_out(acc, c0_term, bias_term, alpha, out_ptrs, mask_n, MASK_N)
     else:
         slot = pid_b * tl.cdiv(N, BLOCK_N) + pid_n
         cols = tl.arange(0, BLOCK_N)
         ws_slot = ws_ptr + slot * (SPLIT_P2 * BLOCK_N)
         tl.store(ws_slot + pid_s * BLOCK_N + cols, acc)
-        # Every thread's partial is issued before the (single-thread) release
-        # of the counter: the barrier plus the release make them visible.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(cnt_ptr + slot, 1, sem="acq_rel", scope="gpu")
-        if arrived == split - 1:
+        if arrive_last(cnt_ptr + slot, split):
             # Last of the chunks: sum all partials in chunk order (deterministic).
-            c0_term, bias_term = _epilogue_terms(
+            c0_term, bias_term = row_epilogue_terms(
                 pid_b, offs_n, mask_n, c0_ptr, bias_ptr, stride_cb, stride_cn, stride_bias, beta,
-                HAS_C0, HAS_BIAS, BLOCK_N,
+                HAS_C0, HAS_BIAS,
             )  # fmt: skip
             chunks = tl.arange(0, SPLIT_P2)
             parts = tl.load(
@@ -252,6 +197,5 @@ def attn_values_kernel(  # type: ignore[no-untyped-def]
                 cache_modifier=".cg",  # from L2: written by other SMs
             )
             total = tl.sum(parts, axis=0)
-            _finish(total, c0_term, bias_term, alpha, out_ptr, pid_b, offs_n, mask_n, stride_ob,
-                    stride_on, MASK_N)  # fmt: skip
+            store_out(total, c0_term, bias_term, alpha, out_ptrs, mask_n, MASK_N)
             tl.store(cnt_ptr + slot, 0)  # ready for the next launch (same stream)

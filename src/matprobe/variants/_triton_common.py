@@ -7,7 +7,9 @@ Importing this module imports neither triton nor torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from matprobe.errors import MatprobeError
@@ -23,6 +25,76 @@ INTERPRETER_MAX_ELEMENTS = 2**22
 
 #: Triton's cap on the elements of one block (``TRITON_MAX_TENSOR_NUMEL``).
 MAX_TILE_ELEMENTS = 2**20
+
+#: CUDA's limit on grid dimensions y and z (splits of K, the batch).
+MAX_GRID_YZ = 65535
+
+#: SM count assumed where the device does not say (the CPU interpreter, a fake
+#: device): an H100's, so that a plan made on the CPU is the one an H100 runs.
+DEFAULT_SM_COUNT = 132
+
+
+def sm_count(device: DeviceInfo) -> int:
+    return device.sm_count or DEFAULT_SM_COUNT
+
+
+# ---- split-K planning -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KSplit:
+    """K cut into ``slices`` slices of ``tiles`` BLOCK_K tiles (the last may be short)."""
+
+    k_tiles: int
+    tiles: int
+
+    @property
+    def slices(self) -> int:
+        return -(-self.k_tiles // self.tiles)
+
+
+def plan_k_split(
+    k: int,
+    bk: int,
+    split: int,
+    *,
+    programs_per_slice: int,
+    sm_count: int,
+    programs_per_sm: float,
+    candidates: Iterable[int] | None = None,
+) -> KSplit:
+    """How a split-K family cuts K for its ``split`` parameter.
+
+    ``split = S > 0`` asks for S slices of whole tiles, none empty (so S may
+    come out smaller, never above the tile count). ``split = 0`` picks the
+    tiles per slice — from ``candidates`` (default: any count) — whose program
+    count (``programs_per_slice`` × slices) is nearest, in ratio, to
+    ``programs_per_sm`` programs on each of ``sm_count`` SMs; ties go to more
+    programs.
+    """
+    k_tiles = -(-k // bk)
+    if split > 0:
+        return KSplit(k_tiles, -(-k_tiles // min(split, k_tiles)))
+    goal = programs_per_sm * sm_count
+
+    def distance(tiles: int) -> tuple[float, int]:
+        return abs(math.log(programs_per_slice * -(-k_tiles // tiles) / goal)), tiles
+
+    options = [t for t in (candidates or range(1, k_tiles + 1)) if 1 <= t <= k_tiles]
+    return KSplit(k_tiles, min(options or [1], key=distance))
+
+
+def pow2_up_to(limit: int) -> list[int]:
+    """1, 2, 4, … up to ``limit``."""
+    return [1 << i for i in range(max(limit, 1).bit_length())]
+
+
+def kernels_source(module_file: str, name: str) -> str:
+    """The text of a family's kernel module ``name`` beside ``module_file``,
+    read without importing it (so listing a family never imports triton)."""
+    from pathlib import Path
+
+    return Path(module_file).with_name(name).read_text(encoding="utf-8")
 
 
 def is_pow2(value: object) -> TypeGuard[int]:
@@ -133,16 +205,19 @@ def row_gemv_operands(
     where: Any,
     has_c0: bool,
     has_bias: bool,
+    tb: bool = True,
 ) -> tuple[Any, Any, Any, Any]:
-    """(x, W, C₀, bias) of a GEMV with W stored ``[batch, n, k]`` (tB = 1), each
-    checked against the built spec, on the current device: what every row-GEMV
-    family's ``run`` checks before it launches."""
-    if not inputs.tb:
-        raise ValueError(f"{name}: W must be stored [batch, n, k] (tb=True)")
+    """(x, W, C₀, bias) of a GEMV (m = 1) with W stored ``[batch, n, k]``
+    (``tb``, the default) or ``[batch, k, n]``, each checked against the built
+    spec, on the current device: what every GEMV family's ``run`` checks before
+    it launches."""
+    if inputs.tb != tb:
+        layout = "[batch, n, k] (tb=True)" if tb else "[batch, k, n] (tb=False)"
+        raise ValueError(f"{name}: W must be stored {layout}, got tb={inputs.tb}")
     x = inputs.a_mk()
     w = inputs.b
     check_tensor(name, x, "A (as [batch, 1, k])", (batch, 1, k), dtype, where)
-    check_tensor(name, w, "W", (batch, n, k), dtype, where)
+    check_tensor(name, w, "W", (batch, n, k) if tb else (batch, k, n), dtype, where)
     check_tensor(name, out, "out", (batch, 1, n), dtype, where)
     c0, bias = epilogue_operands(
         name,

@@ -35,6 +35,8 @@ never imports triton, and so that the family can fingerprint this file's text.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
+from matprobe.variants._triton_blocks import epilogue_terms, store_out
+
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
 def gemm_kernel(  # type: ignore[no-untyped-def]
@@ -115,21 +117,15 @@ def gemm_kernel(  # type: ignore[no-untyped-def]
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
 
-    # Epilogue, all in fp32: alpha scaling, then beta * C0, then the bias
-    # (the order matprobe.harness.inputs.reference documents).
-    acc = acc * alpha
     rows64 = rows.to(tl.int64)
     cols64 = cols.to(tl.int64)
     mask = (rows[:, None] < m) & (cols[None, :] < n)
-    if HAS_C0:
-        c0_ptrs = (
-            c0_ptr + pid_b * stride_cb + rows64[:, None] * stride_cm + cols64[None, :] * stride_cn
-        )
-        acc += beta * tl.load(c0_ptrs, mask=mask, other=0.0).to(tl.float32)
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + cols * stride_bias, mask=cols < n, other=0.0)
-        acc += bias.to(tl.float32)[None, :]
+    c0_ptrs = c0_ptr + pid_b * stride_cb + rows64[:, None] * stride_cm + cols64[None, :] * stride_cn
+    bias_ptrs = bias_ptr + cols64[None, :] * stride_bias
+    c0_term, bias_term = epilogue_terms(
+        c0_ptrs, mask, bias_ptrs, (cols < n)[None, :], beta, HAS_C0, HAS_BIAS
+    )
     out_ptrs = (
         out_ptr + pid_b * stride_ob + rows64[:, None] * stride_om + cols64[None, :] * stride_on
     )
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+    store_out(acc, c0_term, bias_term, alpha, out_ptrs, mask)

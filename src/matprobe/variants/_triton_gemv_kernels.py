@@ -3,7 +3,8 @@
 ``y[b, 0, :] = alpha * (W[b] @ x[b, 0, :]) + beta * C0[b, 0, :] + bias`` with W
 stored ``[batch, n, k]`` (the weight layout, tB = 1). Each program computes
 BLOCK_N outputs of one batch entry, walking K in BLOCK_K tiles; products are
-summed in fp32 and the whole epilogue runs in fp32 before one cast on store.
+summed in fp32; the shared epilogue (``_triton_blocks``) runs in fp32 before one
+cast on store.
 
 Kept in its own module so that importing ``matprobe.variants.triton_gemv``
 never imports triton, and so that the family can fingerprint this file's text.
@@ -11,6 +12,8 @@ never imports triton, and so that the family can fingerprint this file's text.
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+from matprobe.variants._triton_blocks import epilogue_store
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -122,14 +125,7 @@ def gemv_nt_kernel(  # type: ignore[no-untyped-def]
             ).to(tl.float32)
             acc += tl.sum(w * x[None, :], axis=1)
 
-    # Epilogue, all in fp32: alpha scaling, then beta * C0, then the bias
-    # (the order matprobe.harness.inputs.reference documents).
-    acc = acc * alpha
-    if HAS_C0:
-        c0 = tl.load(c0_ptr + pid_b * stride_cb + offs_n * stride_cn, mask=mask_n, other=0.0)
-        acc += beta * c0.to(tl.float32)
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=mask_n, other=0.0)
-        acc += bias.to(tl.float32)
-    out = acc.to(out_ptr.dtype.element_ty)
-    tl.store(out_ptr + pid_b * stride_ob + offs_n * stride_on, out, mask=mask_n)
+    epilogue_store(
+        acc, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
+        stride_cb, stride_cn, stride_bias, stride_ob, stride_on, alpha, beta, HAS_C0, HAS_BIAS,
+    )  # fmt: skip

@@ -12,12 +12,10 @@ MODE (constexpr) picks what a program does with its column sums:
 
 * 0 — no split: the whole epilogue (alpha, beta·C0, bias, cast) and the store.
 * 1 — split K, the last program finalizes: partial sums go into an fp32
-  workspace ``[batch, n]`` by relaxed atomic adds; a CTA barrier and one
-  acq_rel atomic increment of the column block's counter follow. The program
-  that sees ``count == splits - 1`` knows every other partial is in L2: it
-  reads the sums (``.cg``, L2 only), zeroes the workspace slice and the
-  counter — so both are zero again after every call (graph replay) — and runs
-  the epilogue.
+  workspace ``[batch, n]`` by relaxed atomic adds; the program that arrives
+  last at the column block's counter (``arrive_last``) takes the sums
+  (``take_sums``: the workspace left zero), resets the counter — both zero
+  again after every call (graph replay) — and runs the epilogue.
 * 2 — split K, partial sums only; :func:`gemv_tn_finalize_kernel` (a second
   launch) applies the epilogue and zeroes the workspace.
 
@@ -28,7 +26,7 @@ never imports triton, and so that the family can fingerprint this file's text.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_epilogue import epilogue_store as _epilogue_store
+from matprobe.variants._triton_blocks import arrive_last, epilogue_store, take_sums
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -95,7 +93,7 @@ def gemv_tn_kernel(  # type: ignore[no-untyped-def]
     col = tl.sum(acc, axis=0)
 
     if MODE == 0:
-        _epilogue_store(
+        epilogue_store(
             col, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
             stride_cb, stride_cn, stride_bias, stride_ob, stride_on,
             alpha, beta, HAS_C0, HAS_BIAS,
@@ -104,18 +102,12 @@ def gemv_tn_kernel(  # type: ignore[no-untyped-def]
         ws_ptrs = ws_ptr + pid_b * n + offs_n
         tl.atomic_add(ws_ptrs, col, mask=mask_n, sem="relaxed")
         if MODE == 1:
-            # Every thread's partial adds precede the counter's release: the CTA
-            # barrier orders them before the (single-thread) acq_rel atomic,
-            # whose release is cumulative at GPU scope.
-            tl.debug_barrier()
             cnt = cnt_ptr + pid_b * tl.num_programs(0) + pid_n
-            arrived = tl.atomic_add(cnt, 1, sem="acq_rel")
-            if arrived == tl.num_programs(1) - 1:
-                # Last of this column block: all partials are in L2 (acquire).
-                total = tl.load(ws_ptrs, mask=mask_n, other=0.0, cache_modifier=".cg")
-                tl.store(ws_ptrs, tl.zeros_like(total), mask=mask_n)
+            if arrive_last(cnt, tl.num_programs(1)):
+                # Last of this column block: the total, the workspace zeroed.
+                total = take_sums(ws_ptrs, mask_n)
                 tl.store(cnt, 0)  # no other program touches it again this call
-                _epilogue_store(
+                epilogue_store(
                     total, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
                     stride_cb, stride_cn, stride_bias, stride_ob, stride_on,
                     alpha, beta, HAS_C0, HAS_BIAS,
@@ -145,9 +137,8 @@ def gemv_tn_finalize_kernel(  # type: ignore[no-untyped-def]
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < n
     ws_ptrs = ws_ptr + pid_b * n + offs_n
-    total = tl.load(ws_ptrs, mask=mask_n, other=0.0)
-    tl.store(ws_ptrs, tl.zeros_like(total), mask=mask_n)
-    _epilogue_store(
+    total = take_sums(ws_ptrs, mask_n)
+    epilogue_store(
         total, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
         stride_cb, stride_cn, stride_bias, stride_ob, stride_on,
         alpha, beta, HAS_C0, HAS_BIAS,

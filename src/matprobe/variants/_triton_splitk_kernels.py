@@ -9,10 +9,10 @@ fp32. How the partial sums meet depends on MODE:
   finalize kernel sums them in a fixed order (bitwise reproducible).
 * 1 (``atomic``): relaxed fp32 atomic adds into a workspace ``[batch, n]``; the
   finalize kernel reads it, applies the epilogue and zeroes it again.
-* 2 (``atomic_last``): as 1, then each program bumps a counter per (batch, row
-  block); the program that arrives last reads the workspace, applies the
-  epilogue, writes ``out`` and zeroes the workspace rows and the counter. One
-  launch, no memset.
+* 2 (``atomic_last``): as 1, then the program that arrives last at its (batch,
+  row block) counter (``arrive_last``) takes the sums (``take_sums``: the
+  workspace rows left zero), resets the counter, applies the epilogue and
+  writes ``out``. One launch, no memset.
 
 Workspace and counters are zero between calls (allocated zeroed, reset by the
 program or kernel that consumes them), so CUDA-graph replays stay correct.
@@ -24,7 +24,7 @@ never imports triton, and so that the family can fingerprint this file's text.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_epilogue import epilogue_store as _epilogue_store
+from matprobe.variants._triton_blocks import arrive_last, epilogue_store, take_sums
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -116,28 +116,16 @@ def splitk_partial_kernel(  # type: ignore[no-untyped-def]
         tl.store(part, acc, mask=mask_n)
     else:
         ws = part_ptr + pid_b * stride_pb + offs_n
-        # Relaxed: MODE 1 is ordered by the kernel boundary, MODE 2 by the
-        # barrier and the acq_rel counter below.
+        # Relaxed: MODE 1 is ordered by the kernel boundary, MODE 2 by
+        # arrive_last's barrier and acq_rel counter.
         tl.atomic_add(ws, acc, mask=mask_n, sem="relaxed", scope="gpu")
         if MODE == 2:
-            # Every thread's adds precede the counter bump (the pattern of
-            # cooperative groups' grid sync: CTA barrier, then one gpu-scope
-            # release by the thread that performs the scalar atomic).
-            tl.debug_barrier()
             counter = count_ptr + pid_b * stride_qb + pid_n
-            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-            if arrived == num_slices - 1:
-                # Last of the row block: every partial has landed (acquire).
-                # Read through an atomic (coherent at L2, never a stale L1
-                # line), then leave zeros for the next call.
-                total = tl.atomic_add(ws, tl.zeros_like(acc), mask=mask_n, sem="relaxed",
-                                      scope="gpu")  # fmt: skip
-                # The thread that zeroes an element need not be the one that
-                # read it: all reads first.
-                tl.debug_barrier()
-                tl.store(ws, tl.zeros_like(acc), mask=mask_n)
+            if arrive_last(counter, num_slices):
+                # Last of the row block: the total, the workspace zeroed.
+                total = take_sums(ws, mask_n)
                 tl.store(counter, 0)
-                _epilogue_store(
+                epilogue_store(
                     total, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
                     stride_cb, stride_cn, stride_bias, stride_ob, stride_on, alpha, beta,
                     HAS_C0, HAS_BIAS,
@@ -161,7 +149,7 @@ def splitk_finalize_kernel(  # type: ignore[no-untyped-def]
     stride_on,
     alpha,
     beta,
-    RESET: tl.constexpr,  # noqa: N803 - zero the (single-slice) workspace after reading
+    RESET: tl.constexpr,  # noqa: N803 - the single-slice atomic workspace: zero it after reading
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
     BLOCK_R: tl.constexpr,  # noqa: N803 - outputs per program
@@ -172,21 +160,20 @@ def splitk_finalize_kernel(  # type: ignore[no-untyped-def]
     offs_n = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     mask_n = offs_n < n
     base = part_ptr + pid_b * stride_pb + offs_n
-    sums = tl.zeros([BLOCK_S, BLOCK_R], dtype=tl.float32)
-    for s0 in range(0, num_slices, BLOCK_S):
-        ss = s0 + tl.arange(0, BLOCK_S)
-        sums += tl.load(
-            base[None, :] + ss[:, None].to(tl.int64) * stride_ps,
-            mask=(ss < num_slices)[:, None] & mask_n[None, :],
-            other=0.0,
-        )
-    acc = tl.sum(sums, axis=0)  # fixed order: the result is reproducible
     if RESET:
-        # The zeros do not depend on the loads, and the thread that stores an
-        # element need not be one that loaded it: all loads first.
-        tl.debug_barrier()
-        tl.store(base, tl.zeros_like(acc), mask=mask_n)
-    _epilogue_store(
+        # The atomic workspace [batch, n]: one slice, left zero for the next call.
+        acc = take_sums(base, mask_n)
+    else:
+        sums = tl.zeros([BLOCK_S, BLOCK_R], dtype=tl.float32)
+        for s0 in range(0, num_slices, BLOCK_S):
+            ss = s0 + tl.arange(0, BLOCK_S)
+            sums += tl.load(
+                base[None, :] + ss[:, None].to(tl.int64) * stride_ps,
+                mask=(ss < num_slices)[:, None] & mask_n[None, :],
+                other=0.0,
+            )
+        acc = tl.sum(sums, axis=0)  # fixed order: the result is reproducible
+    epilogue_store(
         acc, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
         stride_cb, stride_cn, stride_bias, stride_ob, stride_on, alpha, beta,
         HAS_C0, HAS_BIAS,

@@ -36,16 +36,13 @@ source text is read from the file into the family's fingerprint.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from matprobe.errors import MatprobeError
 from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
     MAX_TILE_ELEMENTS,
-    epilogue_operands,
     interpreter_too_large,
     is_pow2,
     target,
@@ -67,9 +64,7 @@ MIN_BLOCK = 16
 MAX_PER_THREAD = 128
 
 #: The kernels' source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = (
-    Path(__file__).with_name("_triton_attention_kernels.py").read_text(encoding="utf-8")
-)
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_attention_kernels.py")
 
 
 def _next_pow2(value: int) -> int:
@@ -150,9 +145,6 @@ def ATTN_BMV(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 ) -> KernelFn:
     """Batched strided GEMV for attention (m=1): all heads in one launch, either B layout."""
-    reason = _supports(spec, params, device)
-    if reason is not None:
-        raise MatprobeError(f"{NAME}: {reason}")
 
     import torch
 
@@ -168,7 +160,6 @@ def ATTN_BMV(  # noqa: N802 - the family is a module constant
     dims = shapes(spec)
     batch, _, n = dims["out"]
     k = dims["a"][1] if spec.tA else dims["a"][2]
-    b_shape = dims["b"]
     dtype = torch_dtype(spec.dtype or "f32")
     where = target(device)
     block_n = block(int(params["bn"]), n)
@@ -204,30 +195,12 @@ def ATTN_BMV(  # noqa: N802 - the family is a module constant
         )
         counters = torch.zeros((slots,), dtype=torch.int32, device=where)
         extra = (workspace, counters, k, split)
-    on_cuda = device.kind == "cuda"
 
     def run(inputs: MatmulInputs, out: Any) -> None:
-        if inputs.tb != tb:
-            layout = "[batch, n, k] (tb=True)" if tb else "[batch, k, n] (tb=False)"
-            raise ValueError(f"{NAME}: built for B stored {layout}, got tb={inputs.tb}")
-        a = inputs.a_mk()
-        b = inputs.b
-        common.check_tensor(NAME, a, "A (as [batch, 1, k])", (batch, 1, k), dtype, where)
-        common.check_tensor(NAME, b, "B", b_shape, dtype, where)
-        common.check_tensor(NAME, out, "out", (batch, 1, n), dtype, where)
-        c0, bias = epilogue_operands(
-            NAME,
-            inputs,
-            out,
-            has_c0=has_c0,
-            has_bias=has_bias,
-            c0_shape=(batch, 1, n),
-            n=n,
-            dtype=dtype,
-            where=where,
-        )
-        if on_cuda:
-            common.check_current_device(NAME, where)
+        a, b, c0, bias = common.row_gemv_operands(
+            NAME, inputs, out, batch=batch, n=n, k=k, dtype=dtype, where=where,
+            has_c0=has_c0, has_bias=has_bias, tb=tb,
+        )  # fmt: skip
         if tb:
             launch(
                 a, b, c0, bias, out,

@@ -25,12 +25,10 @@ first imported).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from matprobe.errors import MatprobeError
 from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
-from matprobe.spec import MatmulSpec
+from matprobe.spec import DTYPE_BYTES, MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
     MAX_TILE_ELEMENTS,
@@ -47,9 +45,7 @@ if TYPE_CHECKING:
 NAME = "triton.gemm"
 
 #: The kernel's source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = (
-    Path(__file__).with_name("_triton_gemm_kernels.py").read_text(encoding="utf-8")
-)
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemm_kernels.py")
 
 #: Tile-rows per group in the program ordering (tutorial 03's GROUP_SIZE_M).
 GROUP_M = 8
@@ -63,12 +59,10 @@ MIN_M = 16
 #: On the CPU the interpreter's cost grows with the products it computes.
 INTERPRETER_MAX_MACS = 2**28
 
-ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
-
 
 def shared_bytes(bm: int, bn: int, bk: int, stages: int, dtype: str) -> int:
     """Shared memory of the software pipeline: ``stages`` A and B tiles."""
-    return (bm * bk + bk * bn) * ELEMENT_BYTES.get(dtype, 4) * stages
+    return (bm * bk + bk * bn) * int(DTYPE_BYTES.get(dtype, 4)) * stages
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
@@ -91,7 +85,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     smem = shared_bytes(bm, bn, bk, stages, dtype)
     if smem > MAX_SHARED_BYTES:
         return (
-            f"shared memory (bm·bk + bk·bn)·{ELEMENT_BYTES.get(dtype, 4)} B·s = {smem} B "
+            f"shared memory (bm·bk + bk·bn)·{int(DTYPE_BYTES.get(dtype, 4))} B·s = {smem} B "
             f"exceeds the {MAX_SHARED_BYTES // 1024} KB a block may use"
         )
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
@@ -120,9 +114,6 @@ def GEMM(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 ) -> KernelFn:
     """Tiled Triton GEMM (tutorial 03 style): BM×BN tiles, tl.dot over BK steps, fp32 acc."""
-    reason = _supports(spec, params, device)
-    if reason is not None:
-        raise MatprobeError(f"{NAME}: {reason}")
 
     from matprobe.harness.inputs import shapes, torch_dtype
     from matprobe.variants._triton_gemm_kernels import gemm_kernel

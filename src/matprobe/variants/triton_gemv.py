@@ -17,10 +17,8 @@ builder says so when it is not, and refuses the interpreter on a GPU.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from matprobe.errors import MatprobeError
 from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
@@ -47,9 +45,7 @@ WIDE_TILE = 1024
 MAX_PER_THREAD = 256
 
 #: The kernel's source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = (
-    Path(__file__).with_name("_triton_gemv_kernels.py").read_text(encoding="utf-8")
-)
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemv_kernels.py")
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
@@ -119,9 +115,6 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 ) -> KernelFn:
     """Plain Triton GEMV: BLOCK_N rows of W [n, k] per program, K in BLOCK_K tiles, fp32 sums."""
-    reason = _supports(spec, params, device)
-    if reason is not None:
-        raise MatprobeError(f"{NAME}: {reason}")
 
     from matprobe.harness.inputs import shapes, torch_dtype
     from matprobe.variants._triton_gemv_kernels import gemv_nt_kernel

@@ -24,10 +24,8 @@ text (and the shared epilogue's) is part of the family's fingerprint.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from matprobe.errors import MatprobeError
 from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
@@ -51,9 +49,7 @@ MAX_K = 16384
 MAX_PER_THREAD = 64
 
 #: The kernel's source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = (
-    Path(__file__).with_name("_triton_gemv_stream_kernels.py").read_text(encoding="utf-8")
-)
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemv_stream_kernels.py")
 
 
 def block_k(k: int) -> int:
@@ -121,9 +117,6 @@ def GEMV_STREAM(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 ) -> KernelFn:
     """Persistent Triton GEMV: p programs per SM stream bn-row blocks, x held in registers."""
-    reason = _supports(spec, params, device)
-    if reason is not None:
-        raise MatprobeError(f"{NAME}: {reason}")
 
     from matprobe.harness.inputs import shapes, torch_dtype
     from matprobe.variants._triton_gemv_stream_kernels import gemv_stream_kernel

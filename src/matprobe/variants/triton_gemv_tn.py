@@ -26,18 +26,18 @@ text is read from the file (not imported) into the family's fingerprint.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from matprobe.errors import MatprobeError
 from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
+    DEFAULT_SM_COUNT,
+    MAX_GRID_YZ,
     MAX_TILE_ELEMENTS,
-    epilogue_operands,
     interpreter_too_large,
     is_pow2,
+    plan_k_split,
     target,
 )
 
@@ -48,17 +48,11 @@ if TYPE_CHECKING:
 NAME = "triton.gemv_tn"
 
 #: The kernels' source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = (
-    Path(__file__).with_name("_triton_gemv_tn_kernels.py").read_text(encoding="utf-8")
-)
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemv_tn_kernels.py")
 
 #: ``split=0`` aims for this many programs per SM (all resident at once: a
 #: 4-warp program leaves room for 16 per SM), each at least one bk-row tile.
 AUTO_PROGRAMS_PER_SM = 4
-#: SM count assumed where the device does not say (the CPU, a fake device): an H100's.
-DEFAULT_SM_COUNT = 132
-#: CUDA's limit on grid dimensions y and z (splits, batch).
-MAX_GRID_YZ = 65535
 #: fp32 accumulators per thread beyond which the [bk, bn] tile spills registers.
 MAX_ACC_PER_THREAD = 128
 #: Columns per program of the ``fin=kernel`` finalize launch.
@@ -69,22 +63,20 @@ FINISHERS = ("last", "kernel")
 def plan_split(
     split: int, n_blocks: int, batch: int, k: int, bk: int, sm_count: int
 ) -> tuple[int, int]:
-    """``(splits, rows per split)`` for a ``split`` parameter.
-
-    Each split gets a whole number of ``bk``-row tiles and none is empty, so an
-    asked-for S may come out smaller (never more splits than tiles). ``split=0``
-    asks for enough splits that ``n_blocks · batch · splits`` reaches
-    ``AUTO_PROGRAMS_PER_SM`` programs per SM — 1 when the column blocks alone do.
+    """``(splits, rows per split)`` for a ``split`` parameter (the shared planner,
+    ``plan_k_split``): each split a whole number of ``bk``-row tiles, none
+    empty; ``split=0`` aims at ``AUTO_PROGRAMS_PER_SM`` programs per SM from
+    ``n_blocks · batch`` column blocks (1 split when they alone come nearest).
     """
-    k_tiles = -(-k // bk)
-    if split == 0:
-        programs = n_blocks * batch
-        want = -(-AUTO_PROGRAMS_PER_SM * (sm_count or DEFAULT_SM_COUNT) // programs)
-    else:
-        want = split
-    want = max(1, min(want, k_tiles, MAX_GRID_YZ))
-    tiles_per_split = -(-k_tiles // want)
-    return -(-k_tiles // tiles_per_split), tiles_per_split * bk
+    cut = plan_k_split(
+        k,
+        bk,
+        split,
+        programs_per_slice=n_blocks * batch,
+        sm_count=sm_count or DEFAULT_SM_COUNT,
+        programs_per_sm=AUTO_PROGRAMS_PER_SM,
+    )
+    return cut.slices, cut.tiles * bk
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
@@ -114,6 +106,9 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
     if batch > MAX_GRID_YZ:
         return f"batch={batch} exceeds the grid's z limit of {MAX_GRID_YZ}"
+    splits, _ = plan_split(split, -(-n // bn), batch, k, bk, device.sm_count)
+    if splits > MAX_GRID_YZ:
+        return f"{splits} splits exceed the grid's y limit of {MAX_GRID_YZ}: raise bk"
     return interpreter_too_large(device, batch, n, k)
 
 
@@ -140,7 +135,6 @@ class GemvTNKernel:
         self.k = dims["b"][1]
         self.dtype = torch_dtype(spec.dtype or "f32")
         self.where = target(device)
-        self.on_cuda = device.kind == "cuda"
         self.has_c0, self.has_bias = spec.reads_c0, spec.has_bias
         bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
         fin = params.get("fin", "last")
@@ -170,26 +164,10 @@ class GemvTNKernel:
 
     def __call__(self, inputs: MatmulInputs, out: Any) -> None:
         batch, n, k, dtype, where = self.batch, self.n, self.k, self.dtype, self.where
-        if inputs.tb:
-            raise ValueError(f"{NAME}: W must be stored [batch, k, n] (tb=False)")
-        x = inputs.a_mk()
-        w = inputs.b
-        common.check_tensor(NAME, x, "A (as [batch, 1, k])", (batch, 1, k), dtype, where)
-        common.check_tensor(NAME, w, "W", (batch, k, n), dtype, where)
-        common.check_tensor(NAME, out, "out", (batch, 1, n), dtype, where)
-        c0, bias = epilogue_operands(
-            NAME,
-            inputs,
-            out,
-            has_c0=self.has_c0,
-            has_bias=self.has_bias,
-            c0_shape=(batch, 1, n),
-            n=n,
-            dtype=dtype,
-            where=where,
-        )
-        if self.on_cuda:
-            common.check_current_device(NAME, where)
+        x, w, c0, bias = common.row_gemv_operands(
+            NAME, inputs, out, batch=batch, n=n, k=k, dtype=dtype, where=where,
+            has_c0=self.has_c0, has_bias=self.has_bias, tb=False,
+        )  # fmt: skip
         # Unused pointers get a valid placeholder the kernel never touches.
         ws = out if self.workspace is None else self.workspace
         counters = ws if self.counters is None else self.counters
@@ -234,9 +212,6 @@ def GEMV_TN(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 ) -> KernelFn:
     """Triton GEMV for W [k, n]: bn contiguous columns per program, K in bk tiles, split-K."""
-    reason = _supports(spec, params, device)
-    if reason is not None:
-        raise MatprobeError(f"{NAME}: {reason}")
     return GemvTNKernel(spec, params, device)
 
 

@@ -17,7 +17,7 @@ Grid parameters:
   last-arriving program, which reads the workspace, applies the epilogue,
   writes ``out`` and zeroes its workspace rows and counter.
 * ``split`` — number of K slices; 0 chooses from the shape and the SM count
-  (:func:`plan_split`). Slices are whole BLOCK_K tiles, so the number actually
+  (:func:`plan_split`, the shared planner). Slices are whole BLOCK_K tiles, so the number actually
   launched is ``ceil(kt / ceil(kt / split))`` with ``kt = ceil(k / bk)``.
 * ``bn`` — rows per program (BLOCK_N); ``bk`` — columns per tile (BLOCK_K);
   ``w`` — num_warps.
@@ -44,17 +44,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from matprobe.errors import MatprobeError
 from matprobe.harness.variants import VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
+    DEFAULT_SM_COUNT,
+    MAX_GRID_YZ,
     MAX_TILE_ELEMENTS,
     interpreter_too_large,
     is_pow2,
+    plan_k_split,
+    pow2_up_to,
     target,
 )
 
@@ -65,20 +67,14 @@ if TYPE_CHECKING:
 NAME = "triton.gemv_splitk"
 
 #: The kernels' source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = (
-    Path(__file__).with_name("_triton_splitk_kernels.py").read_text(encoding="utf-8")
-)
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_splitk_kernels.py")
 
 MODES: dict[str, int] = {"twopass": 0, "atomic": 1, "atomic_last": 2}
 MIN_K = 1024
 #: Most tiles per slice (the kernel unrolls the slice's loads); more is refused.
 MAX_TILES_PER_SLICE = 64
-#: CUDA's limit on grid axes 1 and 2 (slices, batch).
-MAX_GRID_YZ = 65535
 #: W bytes one program loads at once (64 registers a thread at 4 warps).
 LOAD_BUDGET_BYTES = 32 * 1024
-#: SM count assumed where the device does not say (the CPU interpreter).
-DEFAULT_SMS = 132
 #: Aim for this many programs per SM (the geometric middle of 2–4).
 PROGRAMS_PER_SM = 2 * math.sqrt(2)
 
@@ -103,27 +99,24 @@ class SplitPlan:
 def plan_split(
     n: int, k: int, batch: int, bn: int, bk: int, split: int, sm_count: int = 0
 ) -> SplitPlan:
-    """Slices for ``split`` (0: automatic) on a device with ``sm_count`` SMs.
+    """Slices for ``split`` (0: automatic) on a device with ``sm_count`` SMs
+    (0: :data:`~matprobe.variants._triton_common.DEFAULT_SM_COUNT`).
 
     Automatic: the tiles per slice, a power of two (one load per slice) of at
     most :data:`MAX_TILES_PER_SLICE`, whose program count is nearest, in ratio,
-    to 2√2 programs per SM; ties go to more programs. An explicit split above
-    the tile count is clamped to it.
+    to 2√2 programs per SM (the shared planner, ``plan_k_split``).
     """
     row_blocks = -(-n // bn)
-    k_tiles = -(-k // bk)
-    if split > 0:
-        tiles = -(-k_tiles // min(split, k_tiles))
-    else:
-        goal = PROGRAMS_PER_SM * (sm_count or DEFAULT_SMS)
-        rows = row_blocks * batch
-
-        def distance(t: int) -> tuple[float, int]:
-            return abs(math.log(rows * -(-k_tiles // t) / goal)), t
-
-        limit = min(k_tiles, MAX_TILES_PER_SLICE)
-        tiles = min((1 << i for i in range(limit.bit_length())), key=distance)
-    return SplitPlan(row_blocks, k_tiles, tiles, -(-k_tiles // tiles))
+    cut = plan_k_split(
+        k,
+        bk,
+        split,
+        programs_per_slice=row_blocks * batch,
+        sm_count=sm_count or DEFAULT_SM_COUNT,
+        programs_per_sm=PROGRAMS_PER_SM,
+        candidates=pow2_up_to(MAX_TILES_PER_SLICE),
+    )
+    return SplitPlan(row_blocks, cut.k_tiles, cut.tiles, cut.slices)
 
 
 def chunk_tiles(tiles: int, bn: int, bk: int, itemsize: int) -> int:
@@ -315,9 +308,6 @@ def GEMV_SPLITK(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 ) -> SplitKGemv:
     """Split-K Triton GEMV: BLOCK_N rows × one K slice per program, slices summed in fp32."""
-    reason = _supports(spec, params, device)
-    if reason is not None:
-        raise MatprobeError(f"{NAME}: {reason}")
     return SplitKGemv(spec, params, device)
 
 
