@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from matprobe import __version__
+from matprobe import __version__, cli_dispatch
 from matprobe.analysis import AnalyzeOptions, analyze, render_text, to_json
 from matprobe.errors import MatprobeError
 from matprobe.jsonl import scan
@@ -318,8 +318,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         target = getattr(args, name)
         if target and target != "-":
             _check_writable_file(Path(target))
-    if args.out:
-        _check_writable_dir(Path(args.out))
+    for folder in (args.out, args.dispatch):
+        if folder:
+            _check_writable_dir(Path(folder))
     result = session.run(specs, source=source, tokens=tokens)
     report = result.report
     text = render_terminal(report)
@@ -341,6 +342,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         _write(folder / "report.md", render_markdown(report))
         for name, render in exports.items():
             _write(folder / f"report.{name}", render())
+    if args.dispatch and not result.interrupted:
+        from matprobe.cli_dispatch import export_tables
+
+        export_tables(report, tuple(args.plugin or ()), Path(args.dispatch), sys.stderr)
     if result.interrupted:
         print("matprobe: interrupted; finished pairs are stored", file=sys.stderr)
         return 130
@@ -589,6 +594,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="result store (default $MATPROBE_DB or ~/.cache/matprobe/results.sqlite)",
     )
     p.add_argument("--out", metavar="DIR", help="write report.{txt,md,json,csv} there")
+    p.add_argument(
+        "--dispatch",
+        metavar="DIR",
+        help="also write the winners as dispatch tables there (see matprobe dispatch)",
+    )
     p.add_argument("--json", metavar="FILE", help="JSON export with raw samples ('-': stdout)")
     p.add_argument("--csv", metavar="FILE", help="CSV export with raw samples ('-': stdout)")
     p.add_argument(
@@ -665,6 +675,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="sprinkle malformed lines, as a damaged log would have",
     )
     p.set_defaults(func=cmd_synth_profile)
+    for module in (cli_dispatch,):
+        module.register(sub)
     return parser
 
 
