@@ -232,6 +232,8 @@ LAYOUTS = ((False, True), (False, False), (True, True), (True, False))
 MS = (1, 17)
 #: a family for large K only (split-K) takes the case 1024 columns deeper
 K_SHIFTS = (0, 1024)
+#: Q8_0 stores K in blocks of 32: its awkward K is three blocks (k=1 becomes one)
+Q8_0_K = {40: 96, 1: 32}
 
 
 def awkward_spec(op: str, dtype: str, case: Case, m: int, k: int, layout: tuple[bool, bool]
@@ -253,7 +255,8 @@ def pick(family: VariantFamily, op: str, dtype: str, case: Case, device: DeviceI
     for layout in LAYOUTS[rotate % 4 :] + LAYOUTS[: rotate % 4]:
         for m in MS:
             for shift in K_SHIFTS:
-                spec = awkward_spec(op, dtype, case, m, case.k + shift, layout)
+                k = Q8_0_K[case.k] if dtype == "q8_0" else case.k
+                spec = awkward_spec(op, dtype, case, m, k + shift, layout)
                 for variant in family.variants():
                     reason = variant.unsupported_reason(spec, device)
                     if reason is None:
@@ -395,13 +398,20 @@ def test_cheating_with_its_kernel_fails(
 TRITON = [family for family in SHIPPED if family.interpreted_on_cpu]
 
 
+def main_dtype(family: VariantFamily) -> str:
+    """The dtype the contract is checked in: f16 (decode's), or the family's own (q8_0)."""
+    return "f16" if "f16" in family.dtypes else min(family.dtypes)
+
+
 def all_awkward_specs(family: VariantFamily) -> Iterator[MatmulSpec]:
     for op in sorted(family.ops):
         for case in CASES:
             for layout in LAYOUTS:
                 for m in (*MS, 2):
                     for shift in K_SHIFTS:
-                        yield awkward_spec(op, "f16", case, m, case.k + shift, layout)
+                        dtype = main_dtype(family)
+                        k = Q8_0_K[case.k] if dtype == "q8_0" else case.k
+                        yield awkward_spec(op, dtype, case, m, k + shift, layout)
 
 
 @by_name(TRITON)
@@ -422,7 +432,7 @@ def test_build_refuses_what_it_does_not_take(family: VariantFamily) -> None:
 def test_the_interpreter_refuses_what_would_take_minutes(family: VariantFamily) -> None:
     """A spec too large for the interpreter is refused on the CPU, with that reason,
     and taken on a GPU."""
-    picked = pick(family, "matmul", "f16", CASES[0], GPU)
+    picked = pick(family, "matmul", main_dtype(family), CASES[0], GPU)
     assert not isinstance(picked, str), picked
     spec, variant = picked
     refused = {}
@@ -438,7 +448,7 @@ def test_the_interpreter_refuses_what_would_take_minutes(family: VariantFamily) 
 @pytest.mark.interpreter
 @by_name(TRITON)
 def test_build_refuses_a_gpu_while_interpreting(family: VariantFamily) -> None:
-    picked = pick(family, min(family.ops), "f16", CASES[0], GPU)
+    picked = pick(family, min(family.ops), main_dtype(family), CASES[0], GPU)
     assert not isinstance(picked, str), picked
     spec, variant = picked
     with pytest.raises(MatprobeError, match="TRITON_INTERPRET=1 is set"):
@@ -453,7 +463,7 @@ def test_kernel_names_a_wrong_operand(family: VariantFamily) -> None:
     torch = pytest.importorskip("torch")
     from matprobe.harness.inputs import empty_output, make_inputs
 
-    picked = pick(family, "matmul_alpha_beta", "f16", CASES[0], CPU)
+    picked = pick(family, "matmul_alpha_beta", main_dtype(family), CASES[0], CPU)
     assert not isinstance(picked, str), picked
     spec, variant = replace(picked[0], bias=True), picked[1]
     assert variant.unsupported_reason(spec, CPU) is None

@@ -178,6 +178,16 @@ def test_a_table_naming_a_family_not_installed_is_refused() -> None:
         Dispatcher.checked(table, CPU, shipped_registry())
 
 
+def test_baseline_entries_need_no_fingerprint() -> None:
+    """Where the baseline won, the entry names it: loading needs only the baseline family."""
+    base = Entry(AWKWARD, "torch.matmul", {}, "torch.matmul/default", 4.0, 4.0, 1.0)
+    dispatcher = Dispatcher.checked(table_for([base]), CPU, shipped_registry())
+    assert dispatcher.choice(MatmulSpec.parse(AWKWARD)) == (
+        "torch.matmul/default",
+        "the baseline won this shape",
+    )
+
+
 def test_other_versions_only_warn() -> None:
     table = table_for([gemv_entry()], versions={"torch": "1.0", "triton": "3.x"})
     dispatcher = Dispatcher.checked(table, CPU, shipped_registry())

@@ -7,12 +7,13 @@ harness, impact estimates) works the same whatever the input was.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
 from matprobe.errors import ProfileError, SpecError
 from matprobe.jsonl import ProfileScan, open_text, scan
+from matprobe.models import ATTENTION_DTYPE_Q8_0
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance, merge_specs
 from matprobe.stats import Stats
 from matprobe.textsummary import read_summary
@@ -72,6 +73,24 @@ def _by_total_time(spec: MatmulSpec) -> tuple[float, str]:
     return (-(prov.total_ms if prov else 0.0), spec.key())
 
 
+def _dtype_for(spec: MatmulSpec, default: str) -> str:
+    """The default dtype, except that Q8_0 quantizes weights only: attention (a batched
+    matmul over the KV cache, ``loader=dense``) stays in fp16."""
+    if default == "q8_0" and (spec.kind == "matmul_alpha_beta" or spec.loader == "dense"):
+        return ATTENTION_DTYPE_Q8_0
+    return default
+
+
+def _fused_layout(spec: MatmulSpec) -> MatmulSpec:
+    if not spec.fused_parts:
+        return spec
+    return replace(
+        spec,
+        tA=False if spec.tA is None else spec.tA,
+        tB=True if spec.tB is None else spec.tB,
+    )
+
+
 def load_specs(path: str | Path | None = None, default_dtype: str | None = None) -> LoadedSpecs:
     """Read the matmul specs of a profile (the built-in one when ``path`` is None).
 
@@ -97,6 +116,14 @@ def load_specs(path: str | Path | None = None, default_dtype: str | None = None)
         specs = read.specs
         warnings = [f"{path.name}: {w}" for w in read.warnings]
     if default_dtype is not None:
-        specs = [s if s.dtype else s.with_dtype(default_dtype) for s in specs]
+        specs = [s if s.dtype else s.with_dtype(_dtype_for(s, default_dtype)) for s in specs]
+    fused = [s for s in specs if s.fused_parts and (s.tA is None or s.tB is None)]
+    if fused:
+        warnings.append(
+            f"{len(fused)} fused spec(s) leave the layout unknown (tA=? tB=?): taken as "
+            "x times the parts' weights stacked [n0+n1(+…), k] (tA=0, tB=1), as a fused "
+            "kernel reads them"
+        )
+        specs = [_fused_layout(s) for s in specs]
     specs = sorted(merge_specs(specs), key=_by_total_time)
     return LoadedSpecs(source=source or str(path), specs=specs, warnings=warnings)

@@ -212,7 +212,7 @@ def table_problems(
     made_cap = table.device.get("capability")
     if made_on == device_name and made_cap and capability and list(made_cap) != list(capability):
         problems.append(f"compute capability {made_cap} in the table, {list(capability)} here")
-    for family in sorted({e.family for e in table.entries}):
+    for family in sorted({e.family for e in table.entries} - {table.baseline}):
         installed = fingerprints.get(family)
         if installed is None:
             problems.append(f"family {family} is not installed here (plugins: {table.plugins})")

@@ -10,6 +10,15 @@ Layouts follow DESIGN.md §2 (row-major): A is stored ``[batch, k, m]`` when tA,
 else ``[batch, m, k]``; B ``[batch, n, k]`` when tB (the weight layout), else
 ``[batch, k, n]``. The reference is computed in float64 from the *same rounded*
 values the kernel sees.
+
+Q8_0 specs (``dtype=q8_0``): the weight is drawn as above, then quantized
+(:mod:`matprobe.quant`, GGUF's rounding) into the split layout fast kernels read
+— ``b`` int8 quants ``[batch, n, k]`` and ``scales`` fp16 ``[batch, n, k/32]``,
+blocks along K whatever the spec's tB says (the profile's ``loader=`` names the
+engine's packing; the numbers are the same). Activations, bias, C₀ and the
+output are fp16. The reference is made from the dequantized weights ``d·q``,
+exact in float64: the kernel is judged on the matmul, the quantization on its
+own (bit for bit against gguf, tests/test_quant.py).
 """
 
 from __future__ import annotations
@@ -20,12 +29,19 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from matprobe.errors import SpecError
-from matprobe.spec import MatmulSpec
+from matprobe.spec import Q8_0_ACTIVATION_DTYPE, Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
     import torch
 
 TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def activation_dtype(spec: MatmulSpec) -> str:
+    """The dtype of A, the bias, C₀ and the output: the spec's, fp16 for Q8_0 weights."""
+    if spec.dtype == "q8_0":
+        return Q8_0_ACTIVATION_DTYPE
+    return spec.dtype or "f32"
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -49,9 +65,23 @@ class MatmulInputs:
     beta: float
     ta: bool = False  # a is stored [batch, k, m]
     tb: bool = False  # b is stored [batch, n, k]
+    #: Q8_0: fp16 scales [batch, n, k/32] of the int8 quants in ``b`` (see module doc)
+    scales: Any | None = None
 
     def tensors(self) -> list[Any]:
-        return [t for t in (self.a, self.b, self.bias, self.c0) if t is not None]
+        return [t for t in (self.a, self.b, self.bias, self.c0, self.scales) if t is not None]
+
+    @property
+    def quantized(self) -> bool:
+        return self.scales is not None
+
+    def weight_kn(self, dtype: Any) -> Any:
+        """B as logical ``[batch, k, n]`` values in ``dtype`` (Q8_0: dequantized, ``d·q``)."""
+        if self.scales is None:
+            return self.b_kn().to(dtype)
+        from matprobe.quant import dequantize_q8_0
+
+        return dequantize_q8_0(self.b, self.scales, dtype).transpose(-1, -2)
 
     @property
     def nbytes(self) -> int:
@@ -70,9 +100,11 @@ def shapes(spec: MatmulSpec) -> dict[str, tuple[int, ...]]:
     batch, m, n, k = spec.batch, spec.m, spec.n_total, spec.k
     if batch is None or m is None or n is None or k is None:
         raise SpecError(f"spec has unknown dimensions: {spec.key()}")
+    quantized = spec.dtype == "q8_0"
     return {
         "a": (batch, k, m) if spec.tA else (batch, m, k),
-        "b": (batch, n, k) if spec.tB else (batch, k, n),
+        "b": (batch, n, k) if spec.tB or quantized else (batch, k, n),
+        "scales": (batch, n, k // Q8_0_BLOCK),
         "bias": (n,),
         "c0": (batch, m, n),
         "out": (batch, m, n),
@@ -92,7 +124,7 @@ def make_inputs(
     import torch
 
     dims = shapes(spec)
-    dtype = torch_dtype(spec.dtype or "f32")
+    dtype = torch_dtype(activation_dtype(spec))
     k = spec.k or 1
     where = torch.device(device) if generate_on_device else torch.device("cpu")
     gen = torch.Generator(device=where).manual_seed(seed)
@@ -103,11 +135,20 @@ def make_inputs(
         return ((values * 2 - 1) * scale).to(dtype).to(device)
 
     a = uniform(dims["a"], 1.0)
-    b = uniform(dims["b"], 1.0 / k**0.5)
+    scales = None
+    if spec.dtype == "q8_0":
+        from matprobe.quant import quantize_q8_0
+
+        drawn = torch.rand(dims["b"], generator=gen, dtype=draw_dtype, device=where)
+        b, scales = quantize_q8_0((drawn * 2 - 1) / k**0.5)
+        b, scales = b.to(device), scales.to(device)
+    else:
+        b = uniform(dims["b"], 1.0 / k**0.5)
     bias = uniform(dims["bias"], 0.5) if spec.has_bias else None
     c0 = uniform(dims["c0"], 1.0) if spec.reads_c0 else None
+    tb = bool(spec.tB) or scales is not None
     return MatmulInputs(
-        a, b, bias, c0, spec.alpha_value, spec.beta_value, ta=bool(spec.tA), tb=bool(spec.tB)
+        a, b, bias, c0, spec.alpha_value, spec.beta_value, ta=bool(spec.tA), tb=tb, scales=scales
     )
 
 
@@ -131,7 +172,7 @@ def reference(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
     f64 = torch_float64()
     device = float64_device(device)
     a = inputs.a_mk().detach().to(device, f64)
-    b = inputs.b_kn().detach().to(device, f64)
+    b = inputs.weight_kn(f64).detach().to(device)
     out = inputs.alpha * (a @ b)
     if inputs.c0 is not None:
         out = out + inputs.beta * inputs.c0.detach().to(device, f64)
@@ -147,7 +188,7 @@ def reference_scale(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
     f64 = torch_float64()
     device = float64_device(device)
     a = inputs.a_mk().detach().to(device, f64).abs()
-    b = inputs.b_kn().detach().to(device, f64).abs()
+    b = inputs.weight_kn(f64).detach().to(device).abs()
     scale = abs(inputs.alpha) * (a @ b)
     if inputs.c0 is not None:
         scale = scale + abs(inputs.beta) * inputs.c0.detach().to(device, f64).abs()
@@ -200,7 +241,12 @@ def fresh_copy(inputs: MatmulInputs, device: Any) -> MatmulInputs:
         return None if tensor is None else tensor.to(device, copy=True)
 
     return replace(
-        inputs, a=copy(inputs.a), b=copy(inputs.b), bias=copy(inputs.bias), c0=copy(inputs.c0)
+        inputs,
+        a=copy(inputs.a),
+        b=copy(inputs.b),
+        bias=copy(inputs.bias),
+        c0=copy(inputs.c0),
+        scales=copy(inputs.scales),
     )
 
 
@@ -222,7 +268,8 @@ def torch_float64() -> torch.dtype:
 def empty_output(spec: MatmulSpec, device: Any) -> torch.Tensor:
     import torch
 
-    return torch.empty(shapes(spec)["out"], dtype=torch_dtype(spec.dtype or "f32"), device=device)
+    dtype = torch_dtype(activation_dtype(spec))
+    return torch.empty(shapes(spec)["out"], dtype=dtype, device=device)
 
 
 #: Guard elements on each side of an output, at least (a whole output's worth when
@@ -249,7 +296,7 @@ class GuardedOutputs:
         self.buffer = torch.full(
             (self.guard + count * stride,),
             GUARD_SENTINEL,
-            dtype=torch_dtype(spec.dtype or "f32"),
+            dtype=torch_dtype(activation_dtype(spec)),
             device=device,
         )
         self.views = [

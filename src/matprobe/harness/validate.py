@@ -24,6 +24,11 @@ The bounds, with u the output dtype's unit roundoff (2⁻²⁴ f32, 2⁻¹¹ f16
 * each addend of the epilogue (bias, β·C₀) may be added after a rounding of
   its own (eager PyTorch does ``x @ W + b`` in two kernels): + u per addend
   on the per-element bound;
+* Q8_0 weights: a kernel may round each dequantized weight ``d·q`` (19
+  significant bits) once to fp16 before multiplying — dequantize-then-cuBLAS
+  does — which moves an output by at most u × its term scale: + u norm-wise
+  and per element. Quantizing the activations too (int8, ≈ 1/254 relative)
+  stays far outside;
 * fp32 accumulation grows like √K·u₃₂ for random-sign sums: that term keeps
   f32 results honest at large K and is negligible for f16/bf16 (there is no
   √K growth of the half-precision bounds), while a kernel that silently uses
@@ -55,7 +60,7 @@ DEFAULT_TRIALS = 3
 
 
 def tolerance(
-    dtype: str, k: int, addends: int = 0, *, truncated: bool = False
+    dtype: str, k: int, addends: int = 0, *, truncated: bool = False, weight_roundings: int = 0
 ) -> tuple[float, float]:
     """(norm-wise, per-element relative) tolerance for ``dtype`` at depth ``k``, for
     an op whose epilogue adds ``addends`` further terms (a bias, β·C₀).
@@ -65,8 +70,8 @@ def tolerance(
     u = UNIT_ROUNDOFF[dtype] * (2.0 if truncated else 1.0)
     accumulation = math.sqrt(max(k, 1)) * FP32_ROUNDOFF
     return (
-        NORM_ROUNDINGS * u + NORM_ACCUMULATION * accumulation,
-        (ELEMENT_ROUNDINGS + addends) * u + ELEMENT_ACCUMULATION * accumulation,
+        (NORM_ROUNDINGS + weight_roundings) * u + NORM_ACCUMULATION * accumulation,
+        (ELEMENT_ROUNDINGS + addends + weight_roundings) * u + ELEMENT_ACCUMULATION * accumulation,
     )
 
 
@@ -80,11 +85,17 @@ def spec_tolerance(spec: MatmulSpec, *, interpreted: bool = False) -> tuple[floa
     Triton's interpreter (see :data:`INTERPRETER_TRUNCATES`)."""
     if spec.dtype is None or spec.k is None:
         raise ValueError("a tolerance needs a complete spec with a dtype")
+    # Q8_0: the reference is made from the dequantized weights, so what is left
+    # to judge is the matmul with fp16 activations and an fp16 output, each
+    # weight perhaps rounded once to fp16 on the way (see the module doc).
+    quantized = spec.dtype == "q8_0"
+    output = "f16" if quantized else spec.dtype
     return tolerance(
-        spec.dtype,
+        output,
         spec.k,
         int(spec.has_bias) + int(spec.reads_c0),
-        truncated=interpreted and spec.dtype in INTERPRETER_TRUNCATES,
+        truncated=interpreted and output in INTERPRETER_TRUNCATES,
+        weight_roundings=int(quantized),
     )
 
 

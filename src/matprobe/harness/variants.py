@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from matprobe.errors import MatprobeError
 from matprobe.harness.fingerprint import module_fingerprint
-from matprobe.spec import MatmulSpec
+from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
     from matprobe.harness.device import DeviceInfo
@@ -202,6 +202,8 @@ class Variant:
         for module in fam.requires:
             if importlib.util.find_spec(module) is None:
                 return f"needs {module}, which is not installed"
+        if spec.dtype == "q8_0" and (spec.k or 0) % Q8_0_BLOCK:
+            return f"Q8_0 stores K in blocks of {Q8_0_BLOCK}: k={spec.k} is not a multiple"
         return fam.supports(spec, self.param_dict, device)
 
     def build(self, spec: MatmulSpec, device: DeviceInfo) -> KernelFn:

@@ -206,18 +206,20 @@ def row_gemv_operands(
     has_c0: bool,
     has_bias: bool,
     tb: bool = True,
+    weight_dtype: Any = None,
 ) -> tuple[Any, Any, Any, Any]:
     """(x, W, C₀, bias) of a GEMV (m = 1) with W stored ``[batch, n, k]``
     (``tb``, the default) or ``[batch, k, n]``, each checked against the built
     spec, on the current device: what every GEMV family's ``run`` checks before
-    it launches."""
+    it launches. ``weight_dtype``: W's own (int8 quants of Q8_0), when not ``dtype``."""
     if inputs.tb != tb:
         layout = "[batch, n, k] (tb=True)" if tb else "[batch, k, n] (tb=False)"
         raise ValueError(f"{name}: W must be stored {layout}, got tb={inputs.tb}")
     x = inputs.a_mk()
     w = inputs.b
     check_tensor(name, x, "A (as [batch, 1, k])", (batch, 1, k), dtype, where)
-    check_tensor(name, w, "W", (batch, n, k) if tb else (batch, k, n), dtype, where)
+    w_shape = (batch, n, k) if tb else (batch, k, n)
+    check_tensor(name, w, "W", w_shape, dtype if weight_dtype is None else weight_dtype, where)
     check_tensor(name, out, "out", (batch, 1, n), dtype, where)
     c0, bias = epilogue_operands(
         name,

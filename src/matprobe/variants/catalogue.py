@@ -22,6 +22,7 @@ from matprobe.variants import (
     triton_attention,
     triton_gemm,
     triton_gemv,
+    triton_gemv_q8,
     triton_gemv_stream,
     triton_gemv_tn,
     triton_splitk,
@@ -39,6 +40,7 @@ MODULES: tuple[ModuleType, ...] = (
     triton_gemv_tn,
     triton_attention,
     triton_gemm,
+    triton_gemv_q8,
 )
 
 #: Their names under ``matprobe.variants`` (``"triton_gemv"``, …).

@@ -1,5 +1,8 @@
 """The vendor baseline: PyTorch's own matmul calls (cuBLAS/cuBLASLt on CUDA, the
-CPU BLAS on the CPU) — the figure every other variant is compared with."""
+CPU BLAS on the CPU) — the figure every other variant is compared with.
+
+For Q8_0 weights it is what a PyTorch user does: dequantize (``d·q`` into a
+fresh fp16 weight, each call) and hand that to the same matmul."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from matprobe.spec import MatmulSpec
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
     if (
         device.kind == "cpu"
-        and spec.dtype in ("f16", "bf16")
+        and spec.dtype in ("f16", "bf16", "q8_0")
         and (spec.k or 0) * (spec.n_total or 0) * (spec.batch or 1) > 2**28
     ):
         return "too large for a half-precision matmul on the CPU"
@@ -29,6 +32,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     supports=_supports,
     baseline=True,
     peer=True,
+    dtypes=("f32", "f16", "bf16", "q8_0"),
     requires=("torch",),
 )
 def torch_matmul(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
@@ -39,7 +43,8 @@ def torch_matmul(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
     two_d = spec.batch == 1
 
     def run(inputs: MatmulInputs, out: Any) -> None:
-        a, b = inputs.a_mk(), inputs.b_kn()
+        a = inputs.a_mk()
+        b = inputs.weight_kn(a.dtype) if inputs.quantized else inputs.b_kn()
         if inputs.c0 is not None:
             # β·C₀ + α·A·B in one call; a bias on top is a second kernel.
             torch.baddbmm(inputs.c0, a, b, beta=beta, alpha=alpha, out=out)
