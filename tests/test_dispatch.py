@@ -9,6 +9,7 @@ right answer, eagerly and inside ``torch.compile`` as a custom op.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -24,6 +25,7 @@ from matprobe.dispatch.export import table_filename, tables_from_report  # noqa:
 from matprobe.dispatch.kernels import Dispatcher, register_custom_op, run_linear  # noqa: E402
 from matprobe.harness.device import DeviceInfo  # noqa: E402
 from matprobe.harness.inputs import MatmulInputs, make_inputs, reference  # noqa: E402
+from matprobe.harness.results import PairResult  # noqa: E402
 from matprobe.harness.variants import Registry  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.variants.catalogue import shipped_registry  # noqa: E402
@@ -77,23 +79,30 @@ def gemv_entry(spec: str = AWKWARD, **params: Any) -> Entry:
 # ---- export ---------------------------------------------------------------------------
 
 
+def current(r: PairResult, registry: Registry) -> PairResult:
+    """``r`` as measured with the code installed now (its variant's fingerprint)."""
+    (variant,) = registry.family(r.family).variants()
+    return dataclasses.replace(r, fingerprint=variant.fingerprint)
+
+
 def test_the_winner_goes_in_only_when_it_beats_the_baseline_beyond_noise() -> None:
     fast = profiled(GEMV, 24)
     tie = profiled(GEMV.replace("n=896", "n=1024"), 24)
+    registry = fake_registry()
     report = report_of(
         [
             (
                 fast,
                 [
                     result(fast, BASE, 10.0),
-                    result(fast, OURS, 6.0, ratio=ratio(0.6, 0.58, 0.62)),
+                    current(result(fast, OURS, 6.0, ratio=ratio(0.6, 0.58, 0.62)), registry),
                     result(fast, NUMPY, 2.0),  # a faster peer: never dispatched to
                 ],
             ),
             (tie, [result(tie, BASE, 10.0), result(tie, OURS2, 9.9, ratio=ratio(0.99, 0.9, 1.05))]),
         ]
     )
-    (table,) = tables_from_report(report, fake_registry())
+    (table,) = tables_from_report(report, registry)
     winner = table.lookup(MatmulSpec.parse(fast.key()))
     assert winner is not None and winner.family == OURS
     assert (winner.us, winner.baseline_us, winner.ratio_ci) == (6.0, 10.0, (0.58, 0.62))
@@ -102,6 +111,16 @@ def test_the_winner_goes_in_only_when_it_beats_the_baseline_beyond_noise() -> No
     assert set(table.families) == {OURS, BASE}  # each with its source fingerprint
     assert table.device["name"] == "test GPU" and table.dtype == "f16"
     assert table.policy.startswith("p")
+
+
+def test_a_winner_measured_with_other_code_is_refused() -> None:
+    """The table's fingerprints are the installed code's: a result from older code
+    (its variant fingerprint differs) must be re-run before it is exported."""
+    fast = profiled(GEMV, 24)
+    stale = result(fast, OURS, 6.0, ratio=ratio(0.6, 0.58, 0.62))  # fingerprint "fp"
+    report = report_of([(fast, [result(fast, BASE, 10.0), stale])])
+    with pytest.raises(DispatchError, match="measured with code that has changed since"):
+        tables_from_report(report, fake_registry())
 
 
 def test_a_shape_without_a_timed_baseline_gets_no_entry() -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from matprobe import __version__, cli_dispatch
+from matprobe import __version__, cli_capture, cli_dispatch, cli_reports, cli_token
 from matprobe.analysis import AnalyzeOptions, analyze, render_text, to_json
 from matprobe.errors import MatprobeError
 from matprobe.jsonl import scan
@@ -284,6 +284,7 @@ def _infer_tokens(specs: Sequence[MatmulSpec]) -> int | None:
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.harness.report import render_markdown, render_terminal, run_problems, to_csv
     from matprobe.harness.report import to_json as report_json
+    from matprobe.harness.report_html import render_html
     from matprobe.harness.session import RunOptions, RunSession
 
     specs, source, warnings = _run_specs(args)
@@ -340,6 +341,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         folder = Path(args.out)
         _write(folder / "report.txt", text)
         _write(folder / "report.md", render_markdown(report))
+        _write(folder / "report.html", render_html(report))
         for name, render in exports.items():
             _write(folder / f"report.{name}", render())
     if args.dispatch and not result.interrupted:
@@ -593,7 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="result store (default $MATPROBE_DB or ~/.cache/matprobe/results.sqlite)",
     )
-    p.add_argument("--out", metavar="DIR", help="write report.{txt,md,json,csv} there")
+    p.add_argument("--out", metavar="DIR", help="write report.{txt,md,json,csv,html} there")
     p.add_argument(
         "--dispatch",
         metavar="DIR",
@@ -675,7 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sprinkle malformed lines, as a damaged log would have",
     )
     p.set_defaults(func=cmd_synth_profile)
-    for module in (cli_dispatch,):
+    for module in (cli_reports, cli_dispatch, cli_token, cli_capture):
         module.register(sub)
     return parser
 

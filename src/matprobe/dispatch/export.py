@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from matprobe.dispatch.table import DispatchTable, Entry
+from matprobe.dispatch.table import DispatchError, DispatchTable, Entry
 from matprobe.harness.report import Report, Row, SpecSection
 from matprobe.harness.variants import Registry
 
@@ -26,12 +26,26 @@ def _wins(row: Row, baseline_us: float) -> bool:
     return row.device_us is not None and row.device_us < baseline_us
 
 
-def _entry(section: SpecSection, baseline_name: str) -> Entry | None:
+def _current(row: Row, registry: Registry) -> None:
+    """The winner's code must be the code installed now: a table's fingerprints are
+    this process's, so a result measured with other code cannot go in."""
+    result = row.result
+    family = registry.family(result.family)
+    (variant,) = family.variants({name: (value,) for name, value in result.params.items()})
+    if variant.fingerprint != result.fingerprint:
+        raise DispatchError(
+            f"{result.variant_id} on {result.spec_key} was measured with code that has "
+            "changed since (its fingerprint differs): re-run it, then export"
+        )
+
+
+def _entry(section: SpecSection, baseline_name: str, registry: Registry) -> Entry | None:
     base = next((r for r in section.rows if r.is_baseline and r.timed), None)
     if base is None or base.device_us is None:
         return None
     best = section.best_row
     if best is not None and best.device_us is not None and _wins(best, base.device_us):
+        _current(best, registry)
         ratio = best.ratio
         return Entry(
             spec=section.spec.key(),
@@ -63,7 +77,7 @@ def tables_from_report(
     for section in report.sections:
         if section.baseline_id:
             baseline_name = section.baseline_id.split("/", 1)[0]
-        entry = _entry(section, baseline_name)
+        entry = _entry(section, baseline_name, registry)
         if entry is not None:
             by_dtype.setdefault(section.spec.dtype or "f32", []).append(entry)
     device = report.device

@@ -130,6 +130,9 @@ def _torch_device(device: DeviceInfo) -> str:
     return "mps" if device.kind == "mps" else "cpu"
 
 
+#: Most input sets an MPS sample rotates over (eager calls, one per set).
+MPS_MAX_SETS = 64
+
 #: What an MPS figure is, said on every MPS row.
 MPS_NOTE = (
     "MPS: device clock is MPS-event time of eager calls (host encoding included, no "
@@ -250,11 +253,15 @@ def _time(
     cuda = device.kind == "cuda"
     first = fresh_copy(seeded_case(spec, TIMING_SEED).inputs, where)
     n_sets = rotation_count(first.nbytes, device.l2_bytes, policy)
+    if device.kind == "mps":
+        # No graphs: every set is an eager call a sample; past this the host's
+        # encoding, not the GPU, sets the pace of a sample.
+        n_sets = min(n_sets, MPS_MAX_SETS)
     sets = [first] + [
         make_inputs(spec, TIMING_SEED + i, where, generate_on_device=True) for i in range(1, n_sets)
     ]
     notes: list[str] = []
-    if cuda and n_sets * first.nbytes < policy.cold_l2_factor * device.l2_bytes:
+    if device.kind != "cpu" and n_sets * first.nbytes < policy.cold_l2_factor * device.l2_bytes:
         notes.append(f"rotation capped at {n_sets} sets: weights may be partly L2-resident")
     # On the GPU a sample is a graph of many calls; on the CPU one round over the sets.
     calls = calls_per_sample(n_sets, policy) if cuda else n_sets

@@ -226,6 +226,17 @@ def _rank_key(row: Row) -> tuple[int, float, str]:
     )
 
 
+@dataclass(frozen=True)
+class SpecResults:
+    """One spec's part of a report: its results (fresh and cached), its unsupported
+    pairs as (variant id, reason), and its baseline (a variant id or family name)."""
+
+    spec: MatmulSpec
+    results: Sequence[PairResult]
+    unsupported: Sequence[tuple[str, str]] = ()
+    baseline: str | None = None
+
+
 def build_report(
     plan: Plan,
     outcome: RunOutcome,
@@ -252,28 +263,67 @@ def build_report(
         unsupported.setdefault(key, [])
         if pair.state is PairState.UNSUPPORTED:
             unsupported[key].append((pair.variant.id, pair.reason))
-    per_token = per_token_weights(list(specs.values()), tokens)
-    sections = []
-    for key, spec in specs.items():
-        results = [r for (k, _), r in outcome.results.items() if k == key]
-        section = _section(spec, results, baselines.get(spec.kind), peaks, set(peers))
-        sections.append(
-            replace(
-                section, unsupported=tuple(unsupported[key]), calls_per_token=per_token.weight(spec)
-            )
+    parts = [
+        SpecResults(
+            spec,
+            [r for (k, _), r in outcome.results.items() if k == key],
+            unsupported[key],
+            baselines.get(spec.kind),
         )
+        for key, spec in specs.items()
+    ]
+    return assemble_report(
+        parts,
+        run_id=outcome.run_id,
+        device=device,
+        policy=policy,
+        plan_summary=plan.summary(),
+        seconds=outcome.seconds,
+        interrupted=outcome.interrupted,
+        peaks=peaks,
+        tokens=tokens,
+        source=source,
+        peers=peers,
+    )
+
+
+def assemble_report(
+    parts: Sequence[SpecResults],
+    *,
+    run_id: int,
+    device: DeviceInfo,
+    policy: TimingPolicy,
+    plan_summary: str,
+    seconds: float = 0.0,
+    interrupted: bool = False,
+    peaks: Mapping[str, Any] | None = None,
+    tokens: int | None = None,
+    source: str = "",
+    peers: Collection[str] = (),
+) -> Report:
+    """A report from each spec's results (in the order given): what
+    :func:`build_report` makes of a run, and what a stored run is rebuilt into."""
+    per_token = per_token_weights([part.spec for part in parts], tokens)
+    sections = [
+        replace(
+            _section(part.spec, part.results, part.baseline, peaks, set(peers)),
+            unsupported=tuple(part.unsupported),
+            calls_per_token=per_token.weight(part.spec),
+        )
+        for part in parts
+    ]
     report = Report(
         sections,
         device,
         policy,
-        plan.summary(),
-        outcome.run_id,
-        outcome.seconds,
-        outcome.interrupted,
+        plan_summary,
+        run_id,
+        seconds,
+        interrupted,
         peaks,
         tokens,
         source,
-        per_token_basis=per_token.describe() if specs else "",
+        per_token_basis=per_token.describe() if parts else "",
     )
     if note := ceiling_note(report):
         report.notes.append(note)

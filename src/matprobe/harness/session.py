@@ -24,17 +24,18 @@ from typing import Any, TextIO
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo, detect
 from matprobe.harness.manifest import Manifest, load_manifest_and_registry
+from matprobe.harness.progress import run_progress
 from matprobe.harness.report import Report, build_report, early_launch_note
 from matprobe.harness.runner import (
     DEFAULT_TIMEOUT_S,
     PairState,
     Plan,
-    Progress,
     RunOutcome,
     execute,
     make_plan,
 )
 from matprobe.harness.store import ResultStore, default_store_path
+from matprobe.harness.stored_report import save_report
 from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
 from matprobe.harness.variants import SHIPPED_FACTORY, Registry, Variant
 from matprobe.spec import MatmulSpec
@@ -249,7 +250,7 @@ class RunSession:
                 f"{device.name} ({device.kind}); {plan.summary()}",
                 file=self.stream,
             )
-            progress = Progress(len(plan.of(PairState.RUN)), self.stream)
+            progress = run_progress(len(plan.of(PairState.RUN)), self.stream)
             outcome = execute(
                 plan,
                 store,
@@ -284,6 +285,9 @@ class RunSession:
         if device.kind == "cpu":
             report.notes.append(CPU_NOTE)
             report.notes.extend(notes)
+        # The report as it was (cached pairs, production figures, unsupported reasons)
+        # for `matprobe report/compare/history/dispatch` later.
+        save_report(options.db or default_store_path(), report)
         return RunResult(report, plan, outcome)
 
 

@@ -125,6 +125,36 @@ _SCHEMA = (
     )""",
 )
 _TABLES = frozenset({"meta", "runs", "results", "devices"})
+#: What each run reported, to render it again later (``matprobe report RUN``): its
+#: specs with their provenance, the keys of its results (cached ones included),
+#: its unsupported pairs with their reasons. Optional: a store written before it
+#: existed lacks it (created on the next writable open), and nothing else needs it.
+_RUN_REPORTS = """CREATE TABLE IF NOT EXISTS run_reports (
+    run_id INTEGER PRIMARY KEY,
+    record TEXT NOT NULL
+)"""
+#: A result replaced by another run's measurement under the same key (``--force``,
+#: or an error retried), kept so that the older run's report and a comparison
+#: of the two runs still see what that run measured. Optional, as run_reports.
+_SUPERSEDED = (
+    """CREATE TABLE IF NOT EXISTS superseded_results (
+    spec_key TEXT NOT NULL,
+    variant_id TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    device TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    status TEXT NOT NULL,
+    run_id INTEGER,
+    measured_at TEXT NOT NULL,
+    record TEXT NOT NULL
+)""",
+    "CREATE INDEX IF NOT EXISTS superseded_by_run ON superseded_results (run_id)",
+    "CREATE INDEX IF NOT EXISTS superseded_by_key ON superseded_results "
+    "(spec_key, variant_id, fingerprint, device, policy)",
+)
+_RESULT_COLUMNS = (
+    "spec_key, variant_id, fingerprint, device, policy, status, run_id, measured_at, record"
+)
 
 
 class StoreError(MatprobeError):
@@ -250,8 +280,9 @@ def _check_meta(path: Path, conn: sqlite3.Connection) -> bool:
     return True
 
 
-def _validate_existing(path: Path) -> None:
-    """Check a non-empty file without writing to it: SQLite, ours, readable schema, intact."""
+def _validate_existing(path: Path, conn: sqlite3.Connection | None = None) -> None:
+    """Check a non-empty file without writing to it: SQLite, ours, readable schema, intact.
+    ``conn``: a read-only connection to check through (kept open), else one of its own."""
     try:
         with path.open("rb") as f:
             head = f.read(len(_SQLITE_MAGIC))
@@ -259,14 +290,16 @@ def _validate_existing(path: Path) -> None:
         raise StoreError(f"{path} cannot be read: {exc.strerror or exc}") from None
     if head != _SQLITE_MAGIC:
         raise StoreError(f"{path} is not a matprobe result store (not an SQLite database)")
-    try:
-        # mode=ro: nothing here can change the file (no journal rollback, no
-        # checkpoint). In WAL mode SQLite may still leave empty -wal/-shm files.
-        conn = sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S
-        )
-    except sqlite3.Error as exc:
-        raise StoreError(_describe(path, exc, "opening")) from None
+    own = conn is None
+    if conn is None:
+        try:
+            # mode=ro: nothing here can change the file (no journal rollback, no
+            # checkpoint). In WAL mode SQLite may still leave empty -wal/-shm files.
+            conn = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(path, exc, "opening")) from None
     try:
         # quick_check reads every page, so opening costs O(file size): 0.37 s
         # for a 210 MB store of 100k results with the file in the page cache,
@@ -287,7 +320,8 @@ def _validate_existing(path: Path) -> None:
     except sqlite3.Error as exc:
         raise StoreError(_describe(path, exc, "checking")) from None
     finally:
-        conn.close()
+        if own:
+            conn.close()
 
 
 def _check_writable(path: Path) -> None:
@@ -306,16 +340,46 @@ def _check_writable(path: Path) -> None:
         raise StoreError(f"{path} cannot be written: the file is read-only")
 
 
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write. A WAL store needs its -shm file to be read
+    (SQLite creates an empty -wal and the -shm beside it if they are missing; the
+    store itself is never written); where they cannot be created (a read-only
+    folder), no writer can be using the store, and it is opened as immutable."""
+    uri = path.resolve().as_uri()
+    try:
+        return _connect_and_read(f"{uri}?mode=ro")
+    except sqlite3.Error:
+        pass
+    try:
+        return _connect_and_read(f"{uri}?mode=ro&immutable=1")
+    except sqlite3.Error as exc:
+        raise StoreError(_describe(path, exc, "opening read-only")) from None
+
+
+def _connect_and_read(uri: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        conn.close()
+        raise
+    return conn
+
+
 class ResultStore:
     """Measured results, runs and device facts in one SQLite file.
 
     ``ResultStore(path)`` creates the file (and its parent directories) or
-    opens and validates an existing one. Use it as a context manager, or call
-    :meth:`close`.
+    opens and validates an existing one. ``read_only=True`` opens an existing
+    store through SQLite's ``mode=ro``: nothing can write to it (a missing file
+    is an error, not a new store), so a report never touches a store it reads.
+    Use it as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path).expanduser()
+        self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a directory, not a matprobe result store")
@@ -323,6 +387,18 @@ class ResultStore:
             existing = self.path.exists() and self.path.stat().st_size > 0
         except OSError as exc:
             raise StoreError(f"{self.path} cannot be read: {exc.strerror or exc}") from None
+        if read_only:
+            if not existing:
+                what = "is empty" if self.path.exists() else "does not exist"
+                raise StoreError(f"{self.path} {what}: no matprobe result store there")
+            conn = _connect_read_only(self.path)
+            try:
+                _validate_existing(self.path, conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+            return
         if existing:
             _validate_existing(self.path)
         _check_writable(self.path)
@@ -352,6 +428,8 @@ class ResultStore:
                         "INSERT INTO meta (key, value) VALUES (?, ?)",
                         [("app", APP), ("schema_version", str(SCHEMA_VERSION))],
                     )
+                for statement in (_RUN_REPORTS, *_SUPERSEDED):
+                    conn.execute(statement)
                 conn.execute("COMMIT")
             finally:
                 if conn.in_transaction:
@@ -475,6 +553,102 @@ class ResultStore:
             out.append(RunRecord(int(run_id), started, finished, status, command, environment))
         return out
 
+    def run(self, run_id: int) -> RunRecord | None:
+        """One recorded run, or None."""
+        return next((r for r in self.runs() if r.id == run_id), None)
+
+    def put_run_report(self, run_id: int, record: Mapping[str, Any]) -> None:
+        """Keep what run ``run_id`` reported (see :data:`_RUN_REPORTS`); replaces any."""
+        with self._sqlite("storing a run's report") as conn:
+            conn.execute(
+                "INSERT INTO run_reports (run_id, record) VALUES (?, ?) "
+                "ON CONFLICT (run_id) DO UPDATE SET record = excluded.record",
+                (run_id, _dumps(dict(record))),
+            )
+
+    def run_report(self, run_id: int) -> dict[str, Any] | None:
+        """What run ``run_id`` reported, or None (not recorded, or an older store)."""
+        with self._sqlite("reading a run's report") as conn:
+            if "run_reports" not in _schema_objects(conn):
+                return None
+            row = conn.execute(
+                "SELECT record FROM run_reports WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        if row is None:
+            return None
+        try:
+            record = json.loads(row[0])
+        except ValueError as exc:
+            raise StoreError(f"{self.path} is corrupt: unreadable report of run {run_id}") from exc
+        if not isinstance(record, dict):
+            raise StoreError(f"{self.path} is corrupt: the report of run {run_id} is not an object")
+        return record
+
+    def results_as_of(self, keys: Iterable[ResultKey], run_id: int) -> dict[ResultKey, PairResult]:
+        """For each of ``keys``, the result run ``run_id`` saw: the one stored by the
+        latest run up to it (itself, or an earlier run it took from the cache), even
+        where a later run has replaced it. Keys with no such result are missing."""
+        wanted = list(dict.fromkeys(keys))
+        best: dict[ResultKey, tuple[int, str]] = {}
+        with self._snapshot("reading results") as conn:
+            tables = ["results"]
+            if "superseded_results" in _schema_objects(conn):
+                tables.append("superseded_results")
+            for start in range(0, len(wanted), _KEYS_PER_QUERY):
+                chunk = wanted[start : start + _KEYS_PER_QUERY]
+                values = ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk))
+                params = [v for k in chunk for v in k.as_tuple()]
+                for table in tables:
+                    rows = conn.execute(
+                        "SELECT spec_key, variant_id, fingerprint, device, policy, "
+                        f"COALESCE(run_id, 0), record FROM {table} WHERE (spec_key, "
+                        f"variant_id, fingerprint, device, policy) IN (VALUES {values}) "
+                        "AND COALESCE(run_id, 0) <= ?",
+                        [*params, run_id],
+                    ).fetchall()
+                    for *parts, by_run, record in rows:
+                        key = ResultKey(*(str(p) for p in parts))
+                        if key not in best or int(by_run) > best[key][0]:
+                            best[key] = (int(by_run), record)
+        return {key: self._decode(record, str(key)) for key, (_, record) in best.items()}
+
+    def results_of_run(self, run_id: int, spec_key: str | None = None) -> list[PairResult]:
+        """Every result run ``run_id`` measured itself, kept or since replaced, ordered
+        by spec key, then variant."""
+        with self._snapshot("reading results") as conn:
+            tables = ["results"]
+            if "superseded_results" in _schema_objects(conn):
+                tables.append("superseded_results")
+            found = []
+            for table in tables:
+                where = "run_id = ?" + (" AND spec_key = ?" if spec_key is not None else "")
+                params = [run_id] + ([spec_key] if spec_key is not None else [])
+                found += conn.execute(
+                    f"SELECT spec_key, variant_id, record FROM {table} WHERE {where}", params
+                ).fetchall()
+        found.sort(key=lambda row: (row[0], row[1]))
+        return [self._decode(record, f"{sk} {vid}") for sk, vid, record in found]
+
+    def run_result_counts(self) -> dict[int, dict[str, int]]:
+        """Per run id: how many results it measured (kept or since replaced), by status
+        (``pass``, ``fail``, ``error``) and by timing policy (``policy:<fingerprint>``)."""
+        with self._sqlite("counting results") as conn:
+            union = (
+                " UNION ALL SELECT run_id, status, policy FROM superseded_results"
+                if "superseded_results" in _schema_objects(conn)
+                else ""
+            )
+            rows = conn.execute(
+                "SELECT run_id, status, policy, COUNT(*) FROM (SELECT run_id, status, policy "
+                f"FROM results{union}) WHERE run_id IS NOT NULL GROUP BY run_id, status, policy"
+            ).fetchall()
+        counts: dict[int, dict[str, int]] = {}
+        for run_id, status, policy, count in rows:
+            mine = counts.setdefault(int(run_id), {})
+            for name in (str(status), f"policy:{policy}"):
+                mine[name] = mine.get(name, 0) + int(count)
+        return counts
+
     # --- results ---------------------------------------------------------
 
     def put(self, result: PairResult) -> None:
@@ -491,15 +665,30 @@ class ResultStore:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"result for {key} is not JSON-serialisable: {exc}") from exc
         with self._sqlite("storing a result") as conn:
-            conn.execute(
-                """INSERT INTO results (spec_key, variant_id, fingerprint, device, policy,
-                                        status, run_id, measured_at, record)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (spec_key, variant_id, fingerprint, device, policy)
-                   DO UPDATE SET status = excluded.status, run_id = excluded.run_id,
-                                 measured_at = excluded.measured_at, record = excluded.record""",
-                (*key.as_tuple(), status, result.run_id, result.measured_at, record),
-            )
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # The row this replaces, if another run measured it, is kept apart.
+                conn.execute(
+                    f"INSERT INTO superseded_results ({_RESULT_COLUMNS}) "
+                    f"SELECT {_RESULT_COLUMNS} FROM results WHERE spec_key = ? AND "
+                    "variant_id = ? AND fingerprint = ? AND device = ? AND policy = ? "
+                    "AND run_id IS NOT ?",
+                    (*key.as_tuple(), result.run_id),
+                )
+                conn.execute(
+                    """INSERT INTO results (spec_key, variant_id, fingerprint, device, policy,
+                                            status, run_id, measured_at, record)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                       ON CONFLICT (spec_key, variant_id, fingerprint, device, policy)
+                       DO UPDATE SET status = excluded.status, run_id = excluded.run_id,
+                                     measured_at = excluded.measured_at,
+                                     record = excluded.record""",
+                    (*key.as_tuple(), status, result.run_id, result.measured_at, record),
+                )
+                conn.execute("COMMIT")
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
 
     def get(self, key: ResultKey) -> PairResult | None:
         """The result stored under ``key``, or None."""

@@ -1,0 +1,335 @@
+"""One decode token in several modes, in one process: build, validate, time.
+
+:class:`TokenBench` holds one model's step (weights on the device, in the
+token's dtype) and its float64 reference logits. :meth:`TokenBench.run` builds
+every selected mode's call (eager, or compiled by ``torch.compile``; on CUDA
+captured as one graph), validates its logits against float64 on every trial,
+counts its kernels, then times every mode that passed (and the matmul-less
+ones) in interleaved rounds. A mode that fails or errors costs its own row
+only, and is never timed: a wrong token is never a fast one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import cast
+
+import numpy as np
+import torch
+
+from matprobe.errors import MatprobeError
+from matprobe.models import ModelConfig
+from matprobe.token.floor import ByteFloor
+from matprobe.token.linear import LinearFn, NoMatmul, torch_linear
+from matprobe.token.modes import BASELINE, Mode, ModeSelection
+from matprobe.token.step import DecodeStep, site_specs
+from matprobe.token.timing import (
+    KernelCount,
+    TokenCall,
+    count_kernels,
+    cuda_time_us,
+    host_time_us,
+    interleaved_rounds,
+    prepare,
+)
+from matprobe.token.validate import (
+    LogitError,
+    Tolerance,
+    baseline_bound,
+    logit_error,
+    relative_to_baseline,
+    worst,
+)
+from matprobe.token.weights import embeddings, make_weights
+
+#: ``compiler(step, mode)``: the step compiled in a torch.compile mode.
+Compiler = Callable[[TokenCall, str], TokenCall]
+
+#: Validation trials: the generated embedding, then fresh ones written in place,
+#: so a kernel that memoises its output (by pointer, or from the first call)
+#: fails on the second.
+DEFAULT_TRIALS = 2
+
+
+def inductor(step: TokenCall, mode: str) -> TokenCall:
+    """``torch.compile`` of the whole step as one graph (a graph break would leave
+    part of the step eager and is an error), static shapes."""
+    return torch.compile(
+        step, mode=None if mode == "default" else mode, fullgraph=True, dynamic=False
+    )
+
+
+_builds = itertools.count()
+
+
+def step_call(step: DecodeStep, linear: LinearFn) -> TokenCall:
+    """``step.forward(linear)`` as a function with a code object of its own: Dynamo
+    caches compiled code per code object, so each compiled mode keeps its own
+    cache entry (never another mode's, never past the recompile limit)."""
+
+    def token() -> torch.Tensor:
+        return step.forward(linear)
+
+    code = token.__code__
+    fresh = code.replace(co_name=f"token_{next(_builds)}")
+    return cast(
+        TokenCall,
+        types.FunctionType(fresh, token.__globals__, fresh.co_name, None, token.__closure__),
+    )
+
+
+@dataclass
+class ModeResult:
+    """One mode's row: its validation and its samples (µs, one a round)."""
+
+    mode: Mode
+    status: str  # PASS, FAIL, ERROR, or UNCHECKED (matmuls left out: nothing to check)
+    reason: str = ""
+    error: LogitError | None = None
+    kernels: KernelCount | None = None
+    samples_us: list[float] = field(default_factory=list)
+    #: per round: this mode's time minus its matmul-less twin's in the same round
+    share_samples_us: list[float] = field(default_factory=list)
+
+    @property
+    def timed(self) -> bool:
+        return bool(self.samples_us)
+
+    def percentile(self, pct: float) -> float | None:
+        if not self.samples_us:
+            return None
+        return float(np.percentile(np.asarray(self.samples_us), pct))
+
+    @property
+    def median_us(self) -> float | None:
+        return self.percentile(50)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        median = self.median_us
+        return 1e6 / median if median else None
+
+    @property
+    def share_us(self) -> float | None:
+        """The matmul share: the median paired difference to the twin."""
+        if not self.share_samples_us:
+            return None
+        return float(np.median(np.asarray(self.share_samples_us)))
+
+
+@dataclass
+class TokenResult:
+    config: ModelConfig
+    context: int
+    dtype: str
+    device_kind: str
+    device_name: str
+    versions: dict[str, str]
+    rounds: int
+    trials: int
+    clock: str
+    modes: list[ModeResult]
+    skipped: list[tuple[str, str]]
+    notes: list[str]
+    baseline_bound: Tolerance
+    tolerance: Tolerance | None
+    floor: ByteFloor
+
+    def get(self, name: str) -> ModeResult | None:
+        return next((r for r in self.modes if r.mode.name == name), None)
+
+    @property
+    def baseline(self) -> ModeResult:
+        found = self.get(BASELINE)
+        if found is None:
+            raise MatprobeError("the baseline did not run")
+        return found
+
+    def share_ratio(self, name: str) -> float | None:
+        """A mode's matmul share over the eager baseline's."""
+        mine, base = self.get(name), self.get(BASELINE)
+        if mine is None or base is None or mine.share_us is None or not base.share_us:
+            return None
+        return mine.share_us / base.share_us
+
+
+def device_description(kind: str) -> tuple[str, dict[str, str]]:
+    """The device's name and what makes its figures comparable: the versions, and
+    on CUDA the compute capability and the driver (as ``matprobe run`` records them)."""
+    from matprobe.harness.device import detect
+
+    info = detect(kind)
+    versions = dict(info.versions)
+    if info.driver:
+        versions["driver"] = info.driver
+    name = info.name
+    if info.capability is not None:
+        name += f" (cuda sm_{info.capability[0]}{info.capability[1]})"
+    return name, versions
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+class TokenBench:
+    """One model's decode step on one device, with its float64 reference logits.
+
+    ``linears`` supplies the kernels modes other than torch's and none need:
+    ``"table"`` (the dispatch table's kernels, eager) and ``"table-op"`` (the
+    same as custom ops, for torch.compile)."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        context: int,
+        dtype: str,
+        device: str,
+        seed: int = 0,
+        trials: int = DEFAULT_TRIALS,
+        linears: Mapping[str, LinearFn] | None = None,
+        compiler: Compiler = inductor,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        if trials < 1:
+            raise MatprobeError(f"trials must be at least 1, got {trials}")
+        self.config = config
+        self.context = context
+        self.dtype = dtype
+        self.device = device
+        self.trials = trials
+        self.compiler = compiler
+        self.progress = progress or (lambda message: None)
+        self.specs = site_specs(config, context=context, dtype=dtype)
+        self.weights = make_weights(config, context=context, dtype=dtype, device=device, seed=seed)
+        self.step = DecodeStep(config, self.weights, self.specs, context=context)
+        none = NoMatmul()
+        none.prepare(self.specs, self.step.dtype, device)
+        tied = NoMatmul(tied=True)
+        tied.prepare(self.specs, self.step.dtype, device)
+        self.linears: dict[str, LinearFn] = {
+            "torch": torch_linear,
+            "none": none,
+            "none-tied": tied,
+        }
+        self.linears.update(linears or {})
+        extra = embeddings(config, trials - 1, dtype=dtype, device=device, seed=seed + 1)
+        self.inputs = [self.weights.x0.clone(), *extra]
+        self.references = self._references()
+
+    def _references(self) -> list[torch.Tensor]:
+        """float64 logits of every trial: the same step over the same weights, upcast."""
+        exact = self.weights.map(lambda t: t.to(torch.float64))
+        step = DecodeStep(self.config, exact, self.specs, context=self.context)
+        refs = []
+        for x0 in self.inputs:
+            exact.x0.copy_(x0)
+            refs.append(step.forward(torch_linear).to("cpu"))
+        return refs
+
+    def _validate(self, call: TokenCall) -> LogitError:
+        errors = []
+        try:
+            for x0, ref in zip(self.inputs, self.references, strict=True):
+                self.weights.x0.copy_(x0)
+                errors.append(logit_error(call(), ref))
+        finally:
+            self.weights.x0.copy_(self.inputs[0])
+        return worst(errors)
+
+    def build(self, mode: Mode) -> TokenCall:
+        """The call that runs ``mode``'s token: its graph on CUDA, else the step."""
+        kernels = mode.kernels
+        if kernels == "none" and mode.compile is not None:
+            kernels = "none-tied"  # a constant would be folded away with the whole step
+        linear = self.linears.get(kernels)
+        if linear is None:
+            raise MatprobeError(f"no {mode.kernels!r} kernels given for mode {mode.name}")
+        call = step_call(self.step, linear)
+        if mode.compile is not None:
+            call = self.compiler(call, mode.compile)
+        return prepare(call, self.device)
+
+    def _check(self, mode: Mode, tolerance: Tolerance) -> tuple[ModeResult, TokenCall | None]:
+        """Build ``mode``, validate its logits (within ``tolerance``) and count its
+        kernels; the call comes back only when it is to be timed (it passed, or
+        leaves the matmuls out). Any exception costs this mode its row only."""
+        result = ModeResult(mode, "ERROR")
+        try:
+            call = self.build(mode)
+            if mode.validated:
+                result.error = self._validate(call)
+                failure = tolerance.failure(result.error)
+                result.status, result.reason = ("FAIL", failure) if failure else ("PASS", "")
+            else:
+                call()
+                result.status, result.reason = "UNCHECKED", "matmuls left out: not validated"
+            result.kernels = count_kernels(call, self.device)
+        except Exception as exc:  # a crash, a compile error, a wrong output shape
+            result.status, result.reason = "ERROR", _one_line(exc)
+            return result, None
+        return result, call if result.status in ("PASS", "UNCHECKED") else None
+
+    def run(
+        self,
+        selection: ModeSelection,
+        *,
+        rounds: int,
+        read_gbps: float | None = None,
+        ceiling: str = "",
+    ) -> TokenResult:
+        if not selection.modes or selection.modes[0].name != BASELINE:
+            raise MatprobeError(f"the modes must start with the baseline, {BASELINE}")
+        k_max = max(spec.k or 0 for spec in self.specs.values())
+        bound = baseline_bound(self.dtype, self.config.layers, k_max)
+        # Until the baseline has passed, every mode is held to the absolute bound.
+        tolerance = bound
+        results: list[ModeResult] = []
+        calls: dict[str, TokenCall] = {}
+        for mode in selection.modes:
+            result, call = self._check(mode, tolerance)
+            results.append(result)
+            self.progress(f"{mode.name}: {result.status} {result.reason}".rstrip())
+            if mode.name == BASELINE and result.status == "PASS" and result.error is not None:
+                tolerance = relative_to_baseline(result.error, self.dtype)
+            if call is not None:
+                calls[mode.name] = call
+        clock = cuda_time_us if self.device == "cuda" else host_time_us
+        samples = interleaved_rounds(calls, rounds, clock) if calls else {}
+        for result in results:
+            result.samples_us = samples.get(result.mode.name, [])
+            rest = result.mode.rest
+            if result.samples_us and rest is not None and samples.get(rest):
+                result.share_samples_us = [
+                    mine - other
+                    for mine, other in zip(result.samples_us, samples[rest], strict=True)
+                ]
+        device_name, versions = device_description(self.device)
+        return TokenResult(
+            config=self.config,
+            context=self.context,
+            dtype=self.dtype,
+            device_kind=self.device,
+            device_name=device_name,
+            versions=versions,
+            rounds=rounds if calls else 0,
+            trials=self.trials,
+            clock=(
+                "CUDA events around each graph replay"
+                if self.device == "cuda"
+                else "host clock around each eager call"
+            ),
+            modes=results,
+            skipped=list(selection.skipped),
+            notes=list(selection.notes),
+            baseline_bound=bound,
+            tolerance=tolerance if tolerance is not bound else None,
+            floor=ByteFloor(
+                self.weights.weight_bytes(), self.weights.kv_bytes(), read_gbps, ceiling
+            ),
+        )

@@ -1,0 +1,145 @@
+"""Running a mode's token repeatedly and timing it, on a GPU or on the CPU.
+
+On CUDA each mode's step is warmed up (compiled, autotuned, allocated) on a
+side stream and captured as ONE CUDA graph; a call replays the graph and
+returns its static logits. Graphs are replayed in interleaved rounds — every
+mode once a round, the order rotated each round so no mode always follows the
+same one — each replay timed between two CUDA events. A whole token reads
+~1 GB on Qwen2.5-0.5B, twenty times an H100's L2, so its weights are cold in
+every replay, as in decode.
+
+On the CPU there are no graphs: a call is the step itself, timed by the host
+clock, in the same interleaved rounds.
+
+Kernels per token are counted with the PyTorch profiler over one call: on
+CUDA the kernels a graph replay launches (memcpy and memset nodes apart); on
+the CPU the top-level ATen ops (a compiled mode's fused C++ kernels are not
+seen there).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+TokenCall = Callable[[], torch.Tensor]
+
+
+class GraphToken:
+    """A step captured as one CUDA graph; calling it replays the graph and returns
+    the logits it wrote (the same tensor every time)."""
+
+    def __init__(self, step: TokenCall, warmup: int = 2) -> None:
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):  # compiles, autotunes, fills the allocator's pool
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.logits = step()
+        torch.cuda.synchronize()
+
+    def __call__(self) -> torch.Tensor:
+        self.graph.replay()
+        return self.logits
+
+
+def prepare(step: TokenCall, device_kind: str) -> TokenCall:
+    """The call that runs (and is timed) for a step: its graph on CUDA, else itself
+    after one warm-up call."""
+    if device_kind == "cuda":
+        return GraphToken(step)
+    step()
+    return step
+
+
+def cuda_time_us(call: TokenCall) -> float:
+    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    start.record()
+    call()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end)) * 1000.0
+
+
+def host_time_us(call: TokenCall) -> float:
+    started = time.perf_counter_ns()
+    call()
+    return (time.perf_counter_ns() - started) / 1000.0
+
+
+def rotation(names: Sequence[str], round_index: int) -> list[str]:
+    """The order of one round: the names rotated by the round's index."""
+    if not names:
+        return []
+    shift = round_index % len(names)
+    return [*names[shift:], *names[:shift]]
+
+
+def interleaved_rounds(
+    calls: Mapping[str, TokenCall],
+    rounds: int,
+    clock: Callable[[TokenCall], float],
+    *,
+    warmup_rounds: int = 1,
+) -> dict[str, list[float]]:
+    """µs of every call, once a round for ``rounds`` rounds (after ``warmup_rounds``
+    not recorded); sample i of every mode comes from round i."""
+    names = list(calls)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(warmup_rounds + rounds):
+        for name in rotation(names, index):
+            elapsed = clock(calls[name])
+            if index >= warmup_rounds:
+                samples[name].append(elapsed)
+    return samples
+
+
+@dataclass(frozen=True)
+class KernelCount:
+    kernels: int  # kernels launched (CUDA) or top-level ATen ops (CPU)
+    copies: int  # memcpy/memset nodes (CUDA), 0 on the CPU
+    what: str  # what was counted
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kernels": self.kernels, "copies": self.copies, "what": self.what}
+
+
+def count_kernels(call: TokenCall, device_kind: str) -> KernelCount:
+    """Kernels of one call of ``call``, from the PyTorch profiler."""
+    from torch.profiler import DeviceType, ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device_kind == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        call()
+        if device_kind == "cuda":
+            torch.cuda.synchronize()
+    events = list(prof.events())
+    if device_kind == "cuda":
+        device_events = [e for e in events if e.device_type == DeviceType.CUDA]
+        copies = sum(1 for e in device_events if e.name.startswith(("Memcpy", "Memset")))
+        return KernelCount(
+            len(device_events) - copies, copies, "kernels of one graph replay (CUPTI)"
+        )
+    return KernelCount(sum(1 for e in events if _top_level_aten(e)), 0, "top-level ATen ops")
+
+
+def _top_level_aten(event: Any) -> bool:
+    if not str(event.name).startswith("aten::"):
+        return False
+    parent = event.cpu_parent
+    while parent is not None:
+        if str(parent.name).startswith("aten::"):
+            return False
+        parent = parent.cpu_parent
+    return True
