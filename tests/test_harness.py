@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -432,6 +433,70 @@ def test_interrupt_keeps_finished_rows(tmp_path: Path) -> None:
         assert len(store.results()) == 1
         again = make_plan(specs, [exact], CPU, FAST, store)
         assert [p.state for p in again.pairs] == [PairState.CACHED, PairState.RUN, PairState.RUN]
+
+
+def test_two_runs_on_one_store_share_the_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs started together on one store, with the same plan: each pair is
+    measured once — by whichever run claimed its chunk — and both runs report every pair."""
+    import threading
+
+    from matprobe.harness import runner as runner_mod
+
+    monkeypatch.setattr(runner_mod, "CLAIM_CHUNK", 2)
+    specs = [spec_of(n=n) for n in (5, 6, 7, 8, 9, 10)]
+    exact = variant("fake.exact")
+    measured: list[tuple[int, str]] = []
+    lock = threading.Lock()
+    both_planned = threading.Barrier(2)
+
+    def slow_runner(tasks: list[Task], **kw: Any) -> None:
+        for task in tasks:
+            kw["on_start"](task)
+            result = measure(task.spec, task.variant)
+            with lock:
+                measured.append((kw["run_id"], task.spec.key()))
+            time.sleep(0.05)
+            kw["on_result"](task, result)
+
+    outcomes: list[Any] = []
+
+    def one_run() -> None:
+        with ResultStore(tmp_path / "s.db") as store:
+            plan = make_plan(specs, [exact], CPU, FAST, store)
+            run_id = store.start_run("t", {})
+            both_planned.wait()  # both plans see every pair to run
+            outcomes.append(execute(plan, store, CPU, FAST, run_id=run_id, runner=slow_runner))
+            store.finish_run(run_id, "done")
+
+    threads = [threading.Thread(target=one_run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(outcomes) == 2
+    assert sorted(key for _, key in measured) == sorted(s.key() for s in specs)  # once each
+    for outcome in outcomes:
+        assert len(outcome.results) == len(specs)
+        assert outcome.fresh + outcome.shared == len(specs)
+    assert {run for run, _ in measured} == {o.run_id for o in outcomes}  # both did some
+
+
+def test_a_claim_of_a_run_that_ended_is_void(tmp_path: Path) -> None:
+    """A run that stopped (or died) without measuring what it claimed does not
+    block the next one: its claims are cleared and the pairs are taken over."""
+    specs = [spec_of(n=n) for n in (5, 6)]
+    exact = variant("fake.exact")
+    with ResultStore(tmp_path / "s.db") as store:
+        plan = make_plan(specs, [exact], CPU, FAST, store)
+        keys = [p.key for p in plan.pairs if p.key is not None]
+        first = store.start_run("first", {})
+        assert store.claim(keys, first) == set(keys)
+        second = store.start_run("second", {})
+        assert store.claim(keys, second) == set()  # held by a live run
+        store.finish_run(first, "interrupted")
+        assert store.claim(keys, second) == set(keys)
 
 
 # ---- reports --------------------------------------------------------------------------

@@ -4,6 +4,7 @@ noise), calls per token by attention site, and names from a profile escaped."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Collection, Mapping, Sequence
@@ -308,3 +309,26 @@ def test_names_from_a_profile_are_escaped_in_text_and_markdown() -> None:
     header = len(re.findall(r"(?<!\\)\|", tables[0]))
     assert all(len(re.findall(r"(?<!\\)\|", line)) == header for line in tables[:5])
     assert json.loads(json.dumps(to_json(report)))["specs"][0]["spec"]["key"] == key
+
+
+# ---- noise -----------------------------------------------------------------------------
+
+
+def test_a_winner_with_a_huge_spread_is_called_noisy() -> None:
+    """A shared CPU's wall clock (p10–p90 168–11966 µs around ~300): the speed-up is
+    printed with a NOISY warning and the row is tagged, never a bare confident ratio."""
+    spec = profiled(GEMV, 24)
+    wild = dataclasses.replace(
+        result(spec, OURS, 300.0, ratio=ratio(0.79, 0.7, 0.9, 380.0)),
+        clocks=Clocks(
+            device=ClockStats.from_samples([168.0, 250.0, 300.0, 320.0, 11966.0] * 4),
+            vs_baseline=ratio(0.79, 0.7, 0.9, 380.0),
+        ),
+    )
+    steady = result(spec, BASE, 380.0)
+    report = report_of([(spec, [steady, wild])])
+    (section,) = report.sections
+    tags = {row.result.family: row.tags for row in section.rows}
+    assert "noisy" in tags[OURS] and "noisy" not in tags[BASE]
+    line = summary_row(render_terminal(report), "matmul 1×896×896")
+    assert "1.27× [1.11–1.43] NOISY: spread > 50% of the median" in line

@@ -286,3 +286,25 @@ def test_early_launch_is_a_declared_trait() -> None:
     assert not plain.variants()[0].launches_early
     with pytest.raises(MatprobeError, match="early_launch_param 'pdl' is not a grid parameter"):
         variant_family(name="x.bad", ops={"matmul"}, early_launch_param="pdl")
+
+
+def test_the_cpu_default_validates_each_interpreted_family_on_one_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A newcomer's first run without a GPU ends in minutes: every Triton family is
+    validated once, on its cheapest spec, and the plan says which pairs were set
+    aside and why; --every-point validates every spec and grid point."""
+    db = str(tmp_path / "p.sqlite")
+    code, text = run("run", "--device", "cpu", "--dry-run", "--db", db)
+    assert code == 0
+    lines = text.splitlines()
+    triton_runs = [
+        line.split()[1] for line in lines if line.startswith("  run ") and "triton." in line
+    ]
+    families = [variant.split("/")[0] for variant in triton_runs]
+    assert len(families) == len(set(families)) >= 4, triton_runs  # one pair each
+    aside = [line for line in lines if "not validated here — the interpreter checks" in line]
+    assert aside and all("--every-point checks every spec" in line for line in aside)
+    code, every = run("run", "--device", "cpu", "--dry-run", "--every-point", "--db", db)
+    assert code == 0
+    assert sum(line.startswith("  run ") for line in every.splitlines()) > len(triton_runs) + 100

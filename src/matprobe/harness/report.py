@@ -398,7 +398,22 @@ def _row(
         tags.append("peer")
     if result.status is not Status.PASS:
         tags.append(result.status.value.upper())
+    if (
+        clock
+        and result.status is Status.PASS
+        and noisy(clock.p10_us, clock.p90_us, clock.median_us)
+    ):
+        tags.append("noisy")
     return Row(result, tuple(tags), device_us, vs_base, vs_prod, gbps, pct, tflops, peer)
+
+
+#: (p90 − p10) / median beyond which a device clock is called noisy: a shared
+#: CPU's wall clock (168–11966 µs around a few hundred) says little about speed.
+NOISY_SPREAD = 0.5
+
+
+def noisy(p10_us: float, p90_us: float, median_us: float) -> bool:
+    return median_us > 0 and (p90_us - p10_us) / median_us > NOISY_SPREAD
 
 
 def _tagged(row: Row, best: Row | None, best_host: Row | None) -> Row:
@@ -764,12 +779,17 @@ def _inverse(value: float) -> float:
 def _speedup_cell(section: SpecSection) -> str:
     """Baseline ÷ best: from the interleaved ratio with its interval where measured."""
     ratio = section.best_ratio
+    best = section.best_row
+    warning = " NOISY: spread > 50% of the median" if best and "noisy" in best.tags else ""
     if ratio is not None:
         if section.same_within_noise:
             return f"SAME within noise ({ratio_cell(ratio)})"
-        return f"{_inverse(ratio.median):.2f}× [{_inverse(ratio.hi):.2f}–{_inverse(ratio.lo):.2f}]"
+        inverse = (
+            f"{_inverse(ratio.median):.2f}× [{_inverse(ratio.hi):.2f}–{_inverse(ratio.lo):.2f}]"
+        )
+        return inverse + warning
     if section.baseline_us and section.best_us:
-        return f"{section.baseline_us / section.best_us:.2f}× (not interleaved)"
+        return f"{section.baseline_us / section.best_us:.2f}× (not interleaved){warning}"
     return "-"
 
 

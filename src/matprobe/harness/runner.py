@@ -195,8 +195,28 @@ class RunOutcome:
     #: every available result of the plan's supported pairs: fresh and cached
     results: dict[tuple[str, str], PairResult] = field(default_factory=dict)
     fresh: int = 0
+    #: pairs another run on the same store measured while this one waited for them
+    shared: int = 0
     interrupted: bool = False
     seconds: float = 0.0
+
+
+#: How often a run waiting for pairs another run holds looks at the store (s).
+CLAIM_POLL_S = 0.5
+#: Pairs of one family claimed (and handed to a worker) at a time.
+CLAIM_CHUNK = 8
+
+
+def _chunks(pairs: Sequence[tuple[int, PlannedPair]]) -> list[list[tuple[int, PlannedPair]]]:
+    """The pairs by family (a worker's batch), cut into chunks of CLAIM_CHUNK."""
+    by_family: dict[str, list[tuple[int, PlannedPair]]] = defaultdict(list)
+    for index, pair in pairs:
+        by_family[pair.variant.family.name].append((index, pair))
+    return [
+        group[start : start + CLAIM_CHUNK]
+        for group in by_family.values()
+        for start in range(0, len(group), CLAIM_CHUNK)
+    ]
 
 
 def execute(
@@ -224,13 +244,21 @@ def execute(
     for pair in plan.of(PairState.CACHED):
         assert pair.cached is not None
         outcome.results[(pair.spec.key(), pair.variant.id)] = pair.cached
-    by_family: dict[str, list[Task]] = defaultdict(list)
-    for index, pair in enumerate(plan.pairs):
-        if pair.state is PairState.RUN:
+    # Concurrent runs on one store share the work: pairs are claimed a chunk at a
+    # time, just before they run; a chunk another live run holds is waited for at
+    # the end and taken from the store (or taken over if that run is gone).
+    to_run = [(i, p) for i, p in enumerate(plan.pairs) if p.state is PairState.RUN]
+    earlier = store.get_many([p.key for _, p in to_run if p.key is not None])
+    waiting: list[tuple[int, PlannedPair]] = []
+
+    def tasks_of(pairs: Sequence[tuple[int, PlannedPair]]) -> dict[str, list[Task]]:
+        by_family: dict[str, list[Task]] = defaultdict(list)
+        for index, pair in pairs:
             base = (baselines or {}).get(pair.spec.kind)
             if base is not None and base.unsupported_reason(pair.spec, device) is not None:
                 base = None
             by_family[pair.variant.family.name].append(Task(index, pair.spec, pair.variant, base))
+        return by_family
 
     def on_start(task: Task) -> None:
         if progress is not None:
@@ -243,7 +271,7 @@ def execute(
         if progress is not None:
             progress.advance()
 
-    try:
+    def run_all(by_family: Mapping[str, list[Task]]) -> None:
         for tasks in by_family.values():
             runner(
                 tasks,
@@ -256,9 +284,35 @@ def execute(
                 on_start=on_start,
                 on_result=on_result,
             )
+
+    try:
+        for chunk in _chunks(to_run):
+            mine = store.claim([p.key for _, p in chunk if p.key is not None], run_id)
+            run_all(tasks_of([(i, p) for i, p in chunk if p.key is None or p.key in mine]))
+            waiting += [(i, p) for i, p in chunk if p.key is not None and p.key not in mine]
+        while waiting:
+            found = store.get_many([p.key for _, p in waiting if p.key is not None])
+            still = []
+            for index, pair in waiting:
+                assert pair.key is not None
+                result = found.get(pair.key)
+                if result is not None and result != earlier.get(pair.key):
+                    outcome.results[(pair.spec.key(), pair.variant.id)] = result
+                    outcome.shared += 1
+                    if progress is not None:
+                        progress.advance()
+                else:
+                    still.append((index, pair))
+            # What no live run holds any more (it ended, or died) is this run's to do.
+            taken = store.claim([p.key for _, p in still if p.key is not None], run_id)
+            run_all(tasks_of([(i, p) for i, p in still if p.key in taken]))
+            waiting = [(i, p) for i, p in still if p.key not in taken]
+            if waiting and not taken:
+                time.sleep(CLAIM_POLL_S)
     except KeyboardInterrupt:
         outcome.interrupted = True
     finally:
+        store.release(run_id)
         if progress is not None:
             progress.close()
         outcome.seconds = time.monotonic() - started

@@ -30,6 +30,7 @@ from matprobe.harness.runner import (
     DEFAULT_TIMEOUT_S,
     PairState,
     Plan,
+    PlannedPair,
     RunOutcome,
     execute,
     make_plan,
@@ -110,6 +111,42 @@ def one_point_per_interpreted_family(variants: Sequence[Variant]) -> tuple[list[
     return kept, len(variants) - len(kept)
 
 
+def one_spec_per_interpreted_family(plan: Plan) -> tuple[Plan, int]:
+    """On the CPU an interpreted family is validated on one spec — its cheapest
+    (fewest batch·m·n·k) it supports; one already in the store counts — and the
+    others are set aside with a reason the report shows. The interpreter's
+    verdict is the same kernel code's on every spec; validating all of them is
+    what ``--every-point`` is for. Returns the plan and how many pairs were set aside."""
+    chosen: dict[str, PlannedPair] = {}
+    for pair in plan.pairs:
+        family = pair.variant.family
+        if not family.interpreted_on_cpu or pair.state is PairState.UNSUPPORTED:
+            continue
+        best = chosen.get(family.name)
+        rank = (pair.state is not PairState.CACHED, _work(pair.spec))
+        if best is None or rank < (best.state is not PairState.CACHED, _work(best.spec)):
+            chosen[family.name] = pair
+    pairs, aside = [], 0
+    for pair in plan.pairs:
+        keep = chosen.get(pair.variant.family.name)
+        if pair.state is PairState.RUN and keep is not None and pair is not keep:
+            where = keep.spec.key()
+            pair = PlannedPair(
+                pair.spec,
+                pair.variant,
+                PairState.UNSUPPORTED,
+                f"CPU: not validated here — the interpreter checks {pair.variant.family.name} "
+                f"on one spec ({where}); --every-point checks every spec",
+            )
+            aside += 1
+        pairs.append(pair)
+    return Plan(pairs), aside
+
+
+def _work(spec: MatmulSpec) -> int:
+    return (spec.batch or 1) * (spec.m or 1) * (spec.n_total or 1) * (spec.k or 1)
+
+
 def measure_peaks(device: DeviceInfo, store: ResultStore) -> dict[str, Any] | None:
     """The device's bandwidth ceilings, measured at the start of every CUDA run and
     never reused from an earlier one (clocks, the driver, even the card behind a
@@ -186,14 +223,18 @@ class RunSession:
                 f"known families: {', '.join(self.registry.names())}"
             )
 
+    def _quick_cpu(self, device: DeviceInfo) -> bool:
+        """The CPU's quick default: no grid point named, no --every-point."""
+        names_points = any("/" in pattern for pattern in self.options.variants)
+        return device.kind == "cpu" and not names_points and not self.options.every_point
+
     def _variants_for(self, device: DeviceInfo) -> tuple[list[Variant], list[str]]:
         """The selected variants on ``device`` (one grid point per interpreted family on
         the CPU unless the user named variants) and the notes that say so."""
         variants, notes = list(self.variants), []
         # Naming a family is not asking for all its points: only a pattern that names
         # grid points ("family/…") or --every-point lifts the one-point rule.
-        names_points = any("/" in pattern for pattern in self.options.variants)
-        if device.kind == "cpu" and not names_points and not self.options.every_point:
+        if self._quick_cpu(device):
             variants, dropped = one_point_per_interpreted_family(variants)
             if dropped:
                 notes.append(
@@ -217,6 +258,8 @@ class RunSession:
             plan = make_plan(
                 specs, variants, device, self._policy(), store, force=self.options.force
             )
+        if self._quick_cpu(device):
+            plan, _ = one_spec_per_interpreted_family(plan)
         return plan, device
 
     def run(
@@ -245,6 +288,14 @@ class RunSession:
                 environment["peaks"] = peaks  # stored with the run they are the ceilings of
             run_id = store.start_run(options.command, environment)
             plan = make_plan(specs, variants, device, policy, store, force=options.force)
+            if self._quick_cpu(device):
+                plan, aside = one_spec_per_interpreted_family(plan)
+                if aside:
+                    notes.append(
+                        f"CPU: each Triton family validated in the interpreter on one spec "
+                        f"(its cheapest); {aside} pairs on other specs not validated "
+                        "(--every-point validates every spec and grid point)"
+                    )
             print(
                 f"matprobe: {source}: {len(specs)} specs × {len(variants)} variants on "
                 f"{device.name} ({device.kind}); {plan.summary()}",

@@ -152,6 +152,18 @@ _SUPERSEDED = (
     "CREATE INDEX IF NOT EXISTS superseded_by_key ON superseded_results "
     "(spec_key, variant_id, fingerprint, device, policy)",
 )
+#: Pairs a live run has taken on: a second run on the same store waits for their
+#: results instead of measuring them again. Optional, as run_reports; a claim
+#: whose run has ended or whose process is gone is void.
+_CLAIMS = """CREATE TABLE IF NOT EXISTS claims (
+    spec_key TEXT NOT NULL,
+    variant_id TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    device TEXT NOT NULL,
+    policy TEXT NOT NULL,
+    run_id INTEGER NOT NULL,
+    PRIMARY KEY (spec_key, variant_id, fingerprint, device, policy)
+)"""
 _RESULT_COLUMNS = (
     "spec_key, variant_id, fingerprint, device, policy, status, run_id, measured_at, record"
 )
@@ -428,7 +440,7 @@ class ResultStore:
                         "INSERT INTO meta (key, value) VALUES (?, ?)",
                         [("app", APP), ("schema_version", str(SCHEMA_VERSION))],
                     )
-                for statement in (_RUN_REPORTS, *_SUPERSEDED):
+                for statement in (_RUN_REPORTS, *_SUPERSEDED, _CLAIMS):
                     conn.execute(statement)
                 conn.execute("COMMIT")
             finally:
@@ -556,6 +568,44 @@ class ResultStore:
     def run(self, run_id: int) -> RunRecord | None:
         """One recorded run, or None."""
         return next((r for r in self.runs() if r.id == run_id), None)
+
+    # --- claims: concurrent runs share the work ------------------------------
+
+    def claim(self, keys: Iterable[ResultKey], run_id: int) -> set[ResultKey]:
+        """Take ``keys`` for run ``run_id``: the ones it now holds (a key held by
+        another live running run stays with it). Claims of runs that are no longer
+        running — finished, or their process gone — are cleared first."""
+        wanted = list(dict.fromkeys(keys))
+        live = {r.id for r in self.runs() if r.status == "running"}
+        with self._sqlite("claiming pairs") as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                holders = {row[0] for row in conn.execute("SELECT DISTINCT run_id FROM claims")}
+                for dead in holders - live - {run_id}:
+                    conn.execute("DELETE FROM claims WHERE run_id = ?", (dead,))
+                conn.executemany(
+                    "INSERT OR IGNORE INTO claims (spec_key, variant_id, fingerprint, device, "
+                    "policy, run_id) VALUES (?, ?, ?, ?, ?, ?)",
+                    [(*key.as_tuple(), run_id) for key in wanted],
+                )
+                mine = {
+                    ResultKey(*(str(v) for v in row))
+                    for row in conn.execute(
+                        "SELECT spec_key, variant_id, fingerprint, device, policy FROM claims "
+                        "WHERE run_id = ?",
+                        (run_id,),
+                    )
+                }
+                conn.execute("COMMIT")
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+        return {key for key in wanted if key in mine}
+
+    def release(self, run_id: int) -> None:
+        """Drop every claim of run ``run_id`` (its pairs are done or given up)."""
+        with self._sqlite("releasing claims") as conn:
+            conn.execute("DELETE FROM claims WHERE run_id = ?", (run_id,))
 
     def put_run_report(self, run_id: int, record: Mapping[str, Any]) -> None:
         """Keep what run ``run_id`` reported (see :data:`_RUN_REPORTS`); replaces any."""
