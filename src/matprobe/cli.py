@@ -17,6 +17,7 @@ from typing import Any, NoReturn, TextIO
 
 from matprobe import __version__, cli_capture, cli_dispatch, cli_reports, cli_token
 from matprobe.analysis import AnalyzeOptions, analyze, render_text, to_json
+from matprobe.cli_args import non_negative, positive
 from matprobe.errors import MatprobeError
 from matprobe.jsonl import scan
 from matprobe.safetext import term_safe
@@ -30,23 +31,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def _warn(message: str) -> None:
@@ -471,7 +455,7 @@ def _add_spec_source(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--context",
-        type=_positive,
+        type=positive,
         default=128,
         metavar="L",
         help="attention context length for --model (default 128)",
@@ -514,11 +498,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("profile", metavar="PROFILE", help="JSONL profile (may be gzip-compressed)")
     p.add_argument(
-        "--top", type=_non_negative, default=20, help="rows per section (default 20; 0 = all)"
+        "--top", type=non_negative, default=20, help="rows per section (default 20; 0 = all)"
     )
     p.add_argument(
         "--kernel-top",
-        type=_non_negative,
+        type=non_negative,
         default=50,
         help="rows of the kernel aggregate view (default 50; 0 = all)",
     )
@@ -552,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--min-count",
-        type=_non_negative,
+        type=non_negative,
         default=0,
         metavar="N",
         help="only shapes called at least N times",
@@ -610,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--trials",
-        type=_positive,
+        type=positive,
         default=3,
         help="validation trials with fresh inputs (default 3)",
     )
@@ -639,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--tokens",
-        type=_positive,
+        type=positive,
         metavar="N",
         help="tokens in the profiled run, for per-token impact (default: the lm_head's call count)",
     )
@@ -669,7 +653,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write a deterministic, realistic Qwen2.5-0.5B-like decode profile.",
     )
     p.add_argument("out", metavar="OUT", help="file to write")
-    p.add_argument("--events", type=_positive, default=100_000, help="events (default 100000)")
+    p.add_argument("--events", type=positive, default=100_000, help="events (default 100000)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument(
         "--broken",

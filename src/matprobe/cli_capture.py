@@ -15,22 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from matprobe.cli_args import positive
 from matprobe.errors import MatprobeError
 from matprobe.safetext import term_safe
 
 #: Mirrors capture.hf's lists, so that building the parser imports no torch.
 _DTYPES = ("f16", "bf16", "f32")
 _DEVICES = ("cpu", "cuda")
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> argparse.ArgumentParser:
@@ -54,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> argparse.ArgumentPa
     )
     p.add_argument(
         "--context",
-        type=_at_least_one,
+        type=positive,
         default=128,
         metavar="L",
         help="tokens in the KV cache before the new one (default 128)",
@@ -62,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> argparse.ArgumentPa
     p.add_argument("--dtype", choices=_DTYPES, default="f16", help="weights and activations")
     p.add_argument(
         "--layers",
-        type=_at_least_one,
+        type=positive,
         metavar="N",
         help="build N layers instead of the config's (small CPU captures)",
     )

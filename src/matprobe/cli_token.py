@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TextIO
 
+from matprobe.cli_args import positive
 from matprobe.errors import MatprobeError
 from matprobe.safetext import term_safe
 
@@ -36,16 +37,6 @@ class DispatchTable(Protocol):
     tests hand it a fake)."""
 
     def predict_matmul_us(self, calls: Mapping[str, float]) -> tuple[float, float]: ...
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -72,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="a small Qwen2-shaped config (2 layers, hidden 64, 4/2 heads, vocab 320) for the CPU",
     )
-    p.add_argument("--context", type=_positive, default=128, metavar="L", help="default 128")
+    p.add_argument("--context", type=positive, default=128, metavar="L", help="default 128")
     p.add_argument("--dtype", choices=("f16", "bf16", "f32"), default="f16", help="default f16")
     p.add_argument(
         "--modes",
@@ -82,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "compile-max-autotune-none, compile+table",
     )
     p.add_argument(
-        "--rounds", type=_positive, default=30, metavar="N", help="timed rounds (default 30)"
+        "--rounds", type=positive, default=30, metavar="N", help="timed rounds (default 30)"
     )
     p.add_argument(
         "--table", metavar="FILE", help="a dispatch table (matprobe dispatch) for the table modes"
@@ -100,7 +91,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument(
         "--profile-tokens",
-        type=_positive,
+        type=positive,
         default=4,
         metavar="N",
         help="tokens --profile records (default 4)",
