@@ -175,7 +175,17 @@ def test_fingerprint_covers_its_code(
 
 def plain_spec(family: VariantFamily) -> MatmulSpec:
     """A small GEMV in an op and a dtype of the family."""
-    return MatmulSpec(op=min(family.ops), m=1, n=53, k=40, tB=True, dtype=min(family.dtypes))
+    return with_width(
+        MatmulSpec(op=min(family.ops), m=1, n=53, k=40, tB=True, dtype=min(family.dtypes)), 53
+    )
+
+
+def with_width(spec: MatmulSpec, n: int) -> MatmulSpec:
+    """``spec`` with n output columns: for ``matmul_swiglu`` that is n0 = n1 = n (gate
+    and up stacked, n left to the parts), for any other op n itself."""
+    if spec.kind == "matmul_swiglu":
+        return replace(spec, n=None, n0=n, n1=n)
+    return replace(spec, n=n)
 
 
 def refusals(family: VariantFamily) -> dict[str, tuple[MatmulSpec, DeviceInfo]]:
@@ -238,13 +248,14 @@ Q8_0_K = {40: 96, 1: 32}
 
 def awkward_spec(op: str, dtype: str, case: Case, m: int, k: int, layout: tuple[bool, bool]
                  ) -> MatmulSpec:  # fmt: skip
-    """α·A·B with β ≠ 0 for the alpha_beta op (C₀ read), and a bias too at batch 3."""
+    """α·A·B with β ≠ 0 for the alpha_beta op (C₀ read), and a bias too at batch 3;
+    for matmul_swiglu, case.n outputs from gate and up of case.n rows each."""
     ab = op == "matmul_alpha_beta"
-    return MatmulSpec(
+    return with_width(MatmulSpec(
         op=op, batch=case.batch, m=m, n=case.n, k=k, tA=layout[0], tB=layout[1], dtype=dtype,
         alpha=0.125 if ab else None, beta=0.5 if ab else None,
         bias=True if ab and case.batch > 1 else None,
-    )  # fmt: skip
+    ), case.n)  # fmt: skip
 
 
 def pick(family: VariantFamily, op: str, dtype: str, case: Case, device: DeviceInfo,
@@ -432,11 +443,12 @@ def test_build_refuses_what_it_does_not_take(family: VariantFamily) -> None:
 def test_the_interpreter_refuses_what_would_take_minutes(family: VariantFamily) -> None:
     """A spec too large for the interpreter is refused on the CPU, with that reason,
     and taken on a GPU."""
-    picked = pick(family, "matmul", main_dtype(family), CASES[0], GPU)
+    op = "matmul" if "matmul" in family.ops else min(family.ops)
+    picked = pick(family, op, main_dtype(family), CASES[0], GPU)
     assert not isinstance(picked, str), picked
     spec, variant = picked
     refused = {}
-    for big in (replace(spec, n=151936), replace(spec, batch=1024, n=4096)):
+    for big in (with_width(spec, 151936), replace(with_width(spec, 4096), batch=1024)):
         refused[big.key()] = (variant.unsupported_reason(big, CPU) or "",
                               variant.unsupported_reason(big, GPU))  # fmt: skip
         if "too large for the Triton interpreter (CPU)" in refused[big.key()][0]:
@@ -463,6 +475,8 @@ def test_kernel_names_a_wrong_operand(family: VariantFamily) -> None:
     torch = pytest.importorskip("torch")
     from matprobe.harness.inputs import empty_output, make_inputs
 
+    if "matmul_alpha_beta" not in family.ops:
+        return names_a_wrong_operand_without_epilogue(family)
     picked = pick(family, "matmul_alpha_beta", main_dtype(family), CASES[0], CPU)
     assert not isinstance(picked, str), picked
     spec, variant = replace(picked[0], bias=True), picked[1]
@@ -488,3 +502,30 @@ def test_kernel_names_a_wrong_operand(family: VariantFamily) -> None:
         run(inputs, out)
     with pytest.raises(ValueError, match="carry a bias"):
         run(replace(inputs, c0=None), out)
+
+
+def names_a_wrong_operand_without_epilogue(family: VariantFamily) -> None:
+    """The wrong-operand check for a family whose op has no epilogue operands
+    (matmul_swiglu): A, W, out and the layout are named, and inputs that carry a C₀
+    or a bias (another op's) are refused."""
+    torch = pytest.importorskip("torch")
+    from matprobe.harness.inputs import empty_output, make_inputs
+
+    picked = pick(family, min(family.ops), main_dtype(family), CASES[0], CPU)
+    assert not isinstance(picked, str), picked
+    spec, variant = picked
+    run = variant.build(spec, CPU)
+    inputs, out = make_inputs(spec, seed=0), empty_output(spec, "cpu")
+    wider = torch.empty(*out.shape[:-1], out.shape[-1] + 1, dtype=out.dtype)
+    wrong = [  # (what the kernel must say, inputs, out)
+        (r"out is torch\.float32, expected torch\.float16", inputs, out.float()),
+        (r"out has shape", inputs, wider),
+        (r"A \(as .*\) has shape", replace(inputs, a=inputs.a[:, :, :-1]), out),
+        (r"W.* has shape", replace(inputs, b=inputs.b[:, :-2, :]), out),
+        (r"tb=|has shape", replace(inputs, tb=not inputs.tb), out),
+        (r"carry C0", replace(inputs, c0=torch.zeros_like(out)), out),
+        (r"carry a bias", replace(inputs, bias=torch.zeros(out.shape[-1], dtype=out.dtype)), out),
+    ]
+    for needle, given, into in wrong:
+        with pytest.raises(ValueError, match=needle):
+            run(given, into)

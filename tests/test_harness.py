@@ -444,7 +444,7 @@ def test_two_runs_on_one_store_share_the_work(
 
     from matprobe.harness import runner as runner_mod
 
-    monkeypatch.setattr(runner_mod, "CLAIM_CHUNK", 2)
+    monkeypatch.setattr(runner_mod, "SOLO_CLAIM_CHUNK", 2)
     specs = [spec_of(n=n) for n in (5, 6, 7, 8, 9, 10)]
     exact = variant("fake.exact")
     measured: list[tuple[int, str]] = []

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from matprobe import __version__, cli_capture, cli_dispatch, cli_reports, cli_token
+from matprobe import __version__, cli_capture, cli_dispatch, cli_merge, cli_reports, cli_token
 from matprobe.analysis import AnalyzeOptions, analyze, render_text, to_json
 from matprobe.cli_args import non_negative, positive
 from matprobe.errors import MatprobeError
@@ -292,6 +292,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             trials=args.trials,
             timeout_s=args.timeout,
             command=" ".join(["matprobe", *sys.argv[1:]]),
+            gpus=args.gpus,
         )
     )
     if args.dry_run:
@@ -572,6 +573,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: cuda if present; mps: Apple silicon through PyTorch's MPS backend "
         "(the torch.matmul baseline and families that declare mps)",
     )
+    p.add_argument(
+        "--gpus",
+        metavar="all|0,1,…",
+        help="measure on these CUDA cards in parallel, one worker per card (a candidate and "
+        "its baseline on the same card); every result goes to the one store",
+    )
     p.add_argument("--manifest", metavar="FILE", help="replace the default manifest")
     p.add_argument("--force", action="store_true", help="re-run pairs that are cached")
     p.add_argument(
@@ -661,7 +668,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sprinkle malformed lines, as a damaged log would have",
     )
     p.set_defaults(func=cmd_synth_profile)
-    for module in (cli_reports, cli_dispatch, cli_token, cli_capture):
+    for module in (cli_reports, cli_dispatch, cli_token, cli_capture, cli_merge):
         module.register(sub)
     return parser
 

@@ -31,8 +31,17 @@ UNKNOWN = "?"
 BASE_KEYS: tuple[str, ...] = ("op", "batch", "m", "n", "k", "tA", "tB")
 
 #: The computation each op performs (DESIGN.md §2); ``*_cache`` ops are
-#: metallic's cached-pipeline flavour of the same computation.
-OP_KINDS: tuple[str, ...] = ("matmul", "matmul_bias_add", "matmul_alpha_beta")
+#: metallic's cached-pipeline flavour of the same computation. ``matmul_swiglu``
+#: is the gate/up matmul with its SwiGLU activation folded in (see
+#: :meth:`MatmulSpec.swiglu_problem`): never read from a profile, asked for by key.
+OP_KINDS: tuple[str, ...] = ("matmul", "matmul_bias_add", "matmul_alpha_beta", "matmul_swiglu")
+
+#: The SwiGLU op: W is gate and up stacked ``[n0 + n1, k]`` (tB = 1), the output
+#: ``y = silu(x·W_gateᵀ) ⊙ (x·W_upᵀ)`` is ``[batch, m, n0]``.
+SWIGLU = "matmul_swiglu"
+#: fp32 operations per SwiGLU output counted in :meth:`MatmulSpec.flops`:
+#: silu's g·σ(g) and the product with up (σ's exp and reciprocal are not FLOPs).
+SWIGLU_EPILOGUE_FLOPS = 2
 
 #: Bytes per element of activations/outputs (and of weights unless quantized).
 DTYPE_BYTES: dict[str, float] = {"f32": 4.0, "f16": 2.0, "bf16": 2.0}
@@ -242,6 +251,38 @@ class MatmulSpec:
         return ()
 
     @property
+    def is_swiglu(self) -> bool:
+        return self.kind == SWIGLU
+
+    def swiglu_problem(self) -> str | None:
+        """Why this ``matmul_swiglu`` spec cannot run, or None (always None for
+        another op). The op is defined for equal gate and up widths (one up
+        column per gate column), W stored ``[n0 + n1, k]`` (tB = 1) and no epilogue
+        of its own: a bias, α or β would make it another computation."""
+        if not self.is_swiglu:
+            return None
+        if self.n0 is None or self.n1 is None:
+            return "matmul_swiglu needs the gate and up widths n0 and n1"
+        if self.n0 != self.n1:
+            return (
+                "matmul_swiglu needs n0 == n1 (one up column per gate column), "
+                f"got n0={self.n0}, n1={self.n1}"
+            )
+        if self.n is not None and self.n != self.n0 + self.n1:
+            return f"matmul_swiglu: n={self.n} is not n0 + n1 = {self.n0 + self.n1}"
+        if self.tB is not None and not self.tB:
+            return "matmul_swiglu needs tB=1: gate and up stacked as W [n0 + n1, k]"
+        for name in ("bias", "alpha", "beta", "accumulate"):
+            if getattr(self, name) is not None:
+                return f"matmul_swiglu has no epilogue but silu·mul: {name} must not be set"
+        return None
+
+    @property
+    def n_out(self) -> int | None:
+        """Output columns: n0 for ``matmul_swiglu`` (gate ⊙ up), else :attr:`n_total`."""
+        return self.n0 if self.is_swiglu else self.n_total
+
+    @property
     def n_total(self) -> int | None:
         """All output columns: n, or the sum of the fused parts when n is unknown."""
         if self.n is not None:
@@ -265,9 +306,14 @@ class MatmulSpec:
 
         2·b·m·n·k for the products, plus one per output element for each
         epilogue step that is not the identity: bias add, α scaling (α ≠ 1),
-        and 2 for β·C₀ accumulation (multiply and add) when β ≠ 0.
+        and 2 for β·C₀ accumulation (multiply and add) when β ≠ 0. SwiGLU: the
+        products of both halves (n = n0 + n1) and
+        :data:`SWIGLU_EPILOGUE_FLOPS` per output (n0 of them).
         """
         batch, m, n, k = self._dims()
+        if self.is_swiglu:
+            outputs = batch * m * (self.n0 or 0)
+            return 2 * batch * m * n * k + SWIGLU_EPILOGUE_FLOPS * outputs
         outputs = batch * m * n
         epilogue = 0
         if self.has_bias:
@@ -283,7 +329,8 @@ class MatmulSpec:
 
         A is b·m·k, B (the weight) is b·k·n — for Q8_0 34 bytes per 32-weight
         block, blocks running along K — the bias n, C₀ b·m·n when β ≠ 0 and the
-        output b·m·n. ``dtype`` fills in when the spec's own is unknown.
+        output b·m·n (b·m·n0 for SwiGLU: gate ⊙ up is what is written). ``dtype``
+        fills in when the spec's own is unknown.
         """
         batch, m, n, k = self._dims()
         fmt = self.dtype or dtype
@@ -297,7 +344,8 @@ class MatmulSpec:
         else:
             act = DTYPE_BYTES[fmt]
             weight_bytes = int(batch * k * n * act)
-        total = weight_bytes + batch * m * k * act + batch * m * n * act
+        n_out = (self.n0 or 0) if self.is_swiglu else n
+        total = weight_bytes + batch * m * k * act + batch * m * n_out * act
         if self.has_bias:
             total += n * act
         if self.reads_c0:

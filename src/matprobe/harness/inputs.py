@@ -19,6 +19,12 @@ engine's packing; the numbers are the same). Activations, bias, C₀ and the
 output are fp16. The reference is made from the dequantized weights ``d·q``,
 exact in float64: the kernel is judged on the matmul, the quantization on its
 own (bit for bit against gguf, tests/test_quant.py).
+
+SwiGLU specs (``op=matmul_swiglu``): W is gate and up stacked, ``[batch, n0 + n1,
+k]`` (rows ``j`` and ``n0 + j`` make output ``j``; Q8_0 quantizes the stacked W),
+and the output is ``y = silu(g) ⊙ u`` with ``g = x·W_gateᵀ``, ``u = x·W_upᵀ``,
+``[batch, m, n0]``. The reference is that, in float64; its scale is derived in
+:func:`reference_scale`.
 """
 
 from __future__ import annotations
@@ -67,6 +73,8 @@ class MatmulInputs:
     tb: bool = False  # b is stored [batch, n, k]
     #: Q8_0: fp16 scales [batch, n, k/32] of the int8 quants in ``b`` (see module doc)
     scales: Any | None = None
+    #: ``matmul_swiglu``: ``b`` holds gate and up stacked; the op is silu(gate)·up
+    swiglu: bool = False
 
     def tensors(self) -> list[Any]:
         return [t for t in (self.a, self.b, self.bias, self.c0, self.scales) if t is not None]
@@ -100,14 +108,17 @@ def shapes(spec: MatmulSpec) -> dict[str, tuple[int, ...]]:
     batch, m, n, k = spec.batch, spec.m, spec.n_total, spec.k
     if batch is None or m is None or n is None or k is None:
         raise SpecError(f"spec has unknown dimensions: {spec.key()}")
+    if (problem := spec.swiglu_problem()) is not None:
+        raise SpecError(problem)
     quantized = spec.dtype == "q8_0"
+    n_out = spec.n_out or 0  # n0 for SwiGLU (n is both halves), else n
     return {
         "a": (batch, k, m) if spec.tA else (batch, m, k),
         "b": (batch, n, k) if spec.tB or quantized else (batch, k, n),
         "scales": (batch, n, k // Q8_0_BLOCK),
         "bias": (n,),
         "c0": (batch, m, n),
-        "out": (batch, m, n),
+        "out": (batch, m, n_out),
     }
 
 
@@ -148,8 +159,9 @@ def make_inputs(
     c0 = uniform(dims["c0"], 1.0) if spec.reads_c0 else None
     tb = bool(spec.tB) or scales is not None
     return MatmulInputs(
-        a, b, bias, c0, spec.alpha_value, spec.beta_value, ta=bool(spec.tA), tb=tb, scales=scales
-    )
+        a, b, bias, c0, spec.alpha_value, spec.beta_value, ta=bool(spec.tA), tb=tb, scales=scales,
+        swiglu=spec.is_swiglu,
+    )  # fmt: skip
 
 
 def float64_device(device: Any) -> Any:
@@ -173,6 +185,11 @@ def reference(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
     device = float64_device(device)
     a = inputs.a_mk().detach().to(device, f64)
     b = inputs.weight_kn(f64).detach().to(device)
+    if inputs.swiglu:
+        import torch
+
+        gate, up = (a @ b).chunk(2, dim=-1)
+        return torch.nn.functional.silu(gate) * up
     out = inputs.alpha * (a @ b)
     if inputs.c0 is not None:
         out = out + inputs.beta * inputs.c0.detach().to(device, f64)
@@ -187,6 +204,8 @@ def reference_scale(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
     divided by √K, is the scale rounding errors are judged against."""
     f64 = torch_float64()
     device = float64_device(device)
+    if inputs.swiglu:
+        return _swiglu_scale(inputs, device)
     a = inputs.a_mk().detach().to(device, f64).abs()
     b = inputs.weight_kn(f64).detach().to(device).abs()
     scale = abs(inputs.alpha) * (a @ b)
@@ -195,6 +214,33 @@ def reference_scale(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
     if inputs.bias is not None:
         scale = scale + inputs.bias.detach().to(device, f64).abs()
     return scale
+
+
+def _swiglu_scale(inputs: MatmulInputs, device: Any) -> torch.Tensor:
+    """The term scale of ``y = silu(g)·u``: ``|silu(g)|·S_u + |silu′(g)|·|u|·S_g``.
+
+    Why: a kernel's error in y comes from its errors in the two sums, δg and δu
+    (fp32 accumulation, or a rounding of g and u to the dtype), carried through
+    the product to first order: ``δy = silu(g)·δu + silu′(g)·u·δg``. Those
+    errors scale with what each sum added up, ``S_g = Σ|x·w_gate|`` and
+    ``S_u = Σ|x·w_up|`` (divided by √K in the comparison, as for any matmul), not
+    with g or u, which may cancel to nearly zero. So where y is tiny because g
+    or u cancelled, an honest kernel's error is still ~ this scale, and it is the
+    floor the error is judged against (the comparison takes the larger of it and
+    |y|). Where g and u did not cancel, |y| dominates and the relative bound
+    applies unchanged. silu′(g) = σ(g)·(1 + g·(1 − σ(g))).
+    """
+    import torch
+
+    f64 = torch_float64()
+    a = inputs.a_mk().detach().to(device, f64)
+    b = inputs.weight_kn(f64).detach().to(device)
+    gate, up = (a @ b).chunk(2, dim=-1)
+    scale_gate, scale_up = (a.abs() @ b.abs()).chunk(2, dim=-1)
+    sig = torch.sigmoid(gate)
+    dsilu = sig * (1 + gate * (1 - sig))
+    result: torch.Tensor = (gate * sig).abs() * scale_up + dsilu.abs() * up.abs() * scale_gate
+    return result
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ import shutil
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.results import PairResult, Status
@@ -36,6 +36,9 @@ from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import SHIPPED_FACTORY, Variant
 from matprobe.harness.worker import Task, run_tasks
 from matprobe.spec import MatmulSpec
+
+if TYPE_CHECKING:
+    from matprobe.harness.pool import DeviceSlot
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -203,20 +206,32 @@ class RunOutcome:
 
 #: How often a run waiting for pairs another run holds looks at the store (s).
 CLAIM_POLL_S = 0.5
-#: Pairs of one family claimed (and handed to a worker) at a time.
+#: Fewest pairs of one family claimed (and handed to a worker) at a time when
+#: several cards share the run; a family is otherwise split evenly over the cards,
+#: one work item each (every item starts a worker process).
 CLAIM_CHUNK = 8
+#: The same on one card: None, a whole family — each work item starts a worker
+#: process (torch, CUDA context, kernels: ~8 s on an H100 host), so one card
+#: takes a family at a time (two runs on one store then share family by family).
+SOLO_CLAIM_CHUNK: int | None = None
 
 
-def _chunks(pairs: Sequence[tuple[int, PlannedPair]]) -> list[list[tuple[int, PlannedPair]]]:
-    """The pairs by family (a worker's batch), cut into chunks of CLAIM_CHUNK."""
+def _chunks(
+    pairs: Sequence[tuple[int, PlannedPair]], size: int | None, cards: int = 1
+) -> list[list[tuple[int, PlannedPair]]]:
+    """The pairs by family (a worker's batch), cut into chunks of ``size`` (None:
+    whole), or, over several ``cards``, of at least ``size`` and at most a
+    card's share of the family. Largest first, so the cards finish together."""
     by_family: dict[str, list[tuple[int, PlannedPair]]] = defaultdict(list)
     for index, pair in pairs:
         by_family[pair.variant.family.name].append((index, pair))
-    return [
-        group[start : start + CLAIM_CHUNK]
-        for group in by_family.values()
-        for start in range(0, len(group), CLAIM_CHUNK)
-    ]
+    chunks = []
+    for group in by_family.values():
+        step = size or len(group)
+        if cards > 1:
+            step = max(step, -(-len(group) // cards))
+        chunks += [group[start : start + step] for start in range(0, len(group), step)]
+    return sorted(chunks, key=len, reverse=True) if cards > 1 else chunks
 
 
 def execute(
@@ -232,13 +247,18 @@ def execute(
     progress: Progress | None = None,
     runner: Callable[..., None] = run_tasks,
     baselines: Mapping[str, Variant | None] | None = None,
+    slots: Sequence[DeviceSlot] | None = None,
 ) -> RunOutcome:
     """Run the plan's ``run`` pairs; returns with what finished even on Ctrl-C.
 
     ``baselines`` (op kind → the baseline variant) are timed interleaved with every
     candidate of a spec of that op, in the candidate's worker, where they support
     the spec. The workers rebuild the registry from ``factory`` and ``plugins``
-    (the user's family modules), which must give the plan's families."""
+    (the user's family modules), which must give the plan's families.
+
+    ``slots`` (several: every GPU of a host) measure work items in parallel, one
+    worker process per slot, each result noted with the card that measured it;
+    the slots must share ``device``'s fingerprint (the plan's keys hold it)."""
     outcome = RunOutcome(run_id=run_id, plan=plan)
     started = time.monotonic()
     for pair in plan.of(PairState.CACHED):
@@ -249,16 +269,15 @@ def execute(
     # the end and taken from the store (or taken over if that run is gone).
     to_run = [(i, p) for i, p in enumerate(plan.pairs) if p.state is PairState.RUN]
     earlier = store.get_many([p.key for _, p in to_run if p.key is not None])
-    waiting: list[tuple[int, PlannedPair]] = []
 
-    def tasks_of(pairs: Sequence[tuple[int, PlannedPair]]) -> dict[str, list[Task]]:
+    def tasks_of(pairs: Sequence[tuple[int, PlannedPair]]) -> list[list[Task]]:
         by_family: dict[str, list[Task]] = defaultdict(list)
         for index, pair in pairs:
             base = (baselines or {}).get(pair.spec.kind)
             if base is not None and base.unsupported_reason(pair.spec, device) is not None:
                 base = None
             by_family[pair.variant.family.name].append(Task(index, pair.spec, pair.variant, base))
-        return by_family
+        return list(by_family.values())
 
     def on_start(task: Task) -> None:
         if progress is not None:
@@ -271,24 +290,14 @@ def execute(
         if progress is not None:
             progress.advance()
 
-    def run_all(by_family: Mapping[str, list[Task]]) -> None:
-        for tasks in by_family.values():
-            runner(
-                tasks,
-                factory=factory,
-                plugins=tuple(plugins),
-                device=device,
-                policy=policy,
-                run_id=run_id,
-                timeout_s=timeout_s,
-                on_start=on_start,
-                on_result=on_result,
-            )
-
-    try:
-        for chunk in _chunks(to_run):
+    def work() -> Iterator[list[Task]]:
+        """One family's tasks at a time, claimed just before they are handed out."""
+        waiting: list[tuple[int, PlannedPair]] = []
+        cards = len(slots) if slots else 1
+        size = CLAIM_CHUNK if cards > 1 else SOLO_CLAIM_CHUNK
+        for chunk in _chunks(to_run, size, cards):
             mine = store.claim([p.key for _, p in chunk if p.key is not None], run_id)
-            run_all(tasks_of([(i, p) for i, p in chunk if p.key is None or p.key in mine]))
+            yield from tasks_of([(i, p) for i, p in chunk if p.key is None or p.key in mine])
             waiting += [(i, p) for i, p in chunk if p.key is not None and p.key not in mine]
         while waiting:
             found = store.get_many([p.key for _, p in waiting if p.key is not None])
@@ -305,10 +314,38 @@ def execute(
                     still.append((index, pair))
             # What no live run holds any more (it ended, or died) is this run's to do.
             taken = store.claim([p.key for _, p in still if p.key is not None], run_id)
-            run_all(tasks_of([(i, p) for i, p in still if p.key in taken]))
+            yield from tasks_of([(i, p) for i, p in still if p.key in taken])
             waiting = [(i, p) for i, p in still if p.key not in taken]
             if waiting and not taken:
                 time.sleep(CLAIM_POLL_S)
+
+    options = {
+        "factory": factory,
+        "plugins": tuple(plugins),
+        "policy": policy,
+        "run_id": run_id,
+        "timeout_s": timeout_s,
+    }
+    try:
+        if slots is not None and len(slots) > 1:
+            from matprobe.harness.pool import run_on_slots, with_card
+
+            def on_result_at(task: Task, result: PairResult, slot: DeviceSlot) -> None:
+                on_result(task, with_card(result, slot))
+
+            items = work()
+            run_on_slots(
+                lambda: next(items, None),
+                slots,
+                on_start=on_start,
+                on_result=on_result_at,
+                runner=runner,
+                **options,
+            )
+        else:
+            where = slots[0].device if slots else device
+            for tasks in work():
+                runner(tasks, device=where, on_start=on_start, on_result=on_result, **options)
     except KeyboardInterrupt:
         outcome.interrupted = True
     finally:

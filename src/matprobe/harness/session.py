@@ -73,6 +73,9 @@ class RunOptions:
     timeout_s: float = DEFAULT_TIMEOUT_S
     #: recorded with the run in the store
     command: str = "matprobe run"
+    #: CUDA cards to measure on in parallel, one worker each: "all" or "0,1,…";
+    #: None: the one device of ``device``
+    gpus: str | None = None
 
 
 @dataclass
@@ -271,7 +274,18 @@ class RunSession:
         options = self.options
         if not specs:
             raise MatprobeError("no specs to run")
-        device = detect(options.device)
+        slots = None
+        if options.gpus is not None:
+            if options.device not in (None, "cuda"):
+                raise MatprobeError(
+                    f"--gpus measures on CUDA cards; not with --device {options.device}"
+                )
+            from matprobe.harness.pool import cuda_slots
+
+            slots = cuda_slots(options.gpus)  # a one-line error before anything runs
+            device = slots[0].device
+        else:
+            device = detect(options.device)
         variants, notes = self._variants_for(device)
         policy = self._policy()
         baselines = {
@@ -315,6 +329,7 @@ class RunSession:
                 baselines={
                     op: baseline_variant(target, self.registry) for op, target in baselines.items()
                 },
+                slots=slots,
             )
             store.finish_run(run_id, "interrupted" if outcome.interrupted else "done")
         peers = {family.name for family in self.registry.families() if family.peer}
@@ -333,6 +348,8 @@ class RunSession:
             report.notes.append(note)
         if note := early_launch_note(plan):
             report.notes.append(note)
+        if slots is not None and len(slots) > 1:
+            report.notes.append(cards_note(outcome, [slot.label for slot in slots]))
         if device.kind == "cpu":
             report.notes.append(CPU_NOTE)
             report.notes.extend(notes)
@@ -340,6 +357,23 @@ class RunSession:
         # for `matprobe report/compare/history/dispatch` later.
         save_report(options.db or default_store_path(), report)
         return RunResult(report, plan, outcome)
+
+
+def cards_note(outcome: RunOutcome, labels: Sequence[str]) -> str:
+    """How many of this run's fresh rows each card measured (each row says its card)."""
+    counts = dict.fromkeys(labels, 0)
+    for result in outcome.results.values():
+        if result.run_id != outcome.run_id:
+            continue  # cached, or measured by another run on the same store
+        for note in result.clocks.notes:
+            label = note.removeprefix("card ")
+            if note.startswith("card ") and label in counts:
+                counts[label] += 1
+    spread = ", ".join(f"{label} {n}" for label, n in counts.items())
+    return (
+        f"{len(labels)} cards in parallel, one worker each (pairs measured: {spread}); a "
+        "candidate and its baseline always on the same card; each row's notes name its card"
+    )
 
 
 def _dry_run_store(db: str | Path | None) -> ResultStore:

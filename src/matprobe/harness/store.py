@@ -507,6 +507,34 @@ class ResultStore:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
 
+    @contextmanager
+    def write_transaction(self, action: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``), rolled back if
+        anything in it fails: for a change of many rows that must land whole (a merge)."""
+        with self._sqlite(action) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
+    def has_table(self, name: str) -> bool:
+        """Whether the store has table ``name`` (optional tables are missing in older stores)."""
+        with self._sqlite("reading the schema") as conn:
+            return _schema_objects(conn).get(name) == "table"
+
+    def table_rows(self, table: str, columns: str) -> list[tuple[Any, ...]]:
+        """Every row of ``table`` as tuples of ``columns`` (raw, as stored), in rowid
+        order: what a merge copies. An optional table that is missing gives no rows."""
+        with self._snapshot(f"reading {table}") as conn:
+            if _schema_objects(conn).get(table) != "table":
+                return []
+            return [
+                tuple(row) for row in conn.execute(f"SELECT {columns} FROM {table} ORDER BY rowid")
+            ]
+
     def _decode(self, record: str, what: str) -> PairResult:
         try:
             return PairResult.from_dict(json.loads(record))

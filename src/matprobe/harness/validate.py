@@ -29,6 +29,28 @@ The bounds, with u the output dtype's unit roundoff (2⁻²⁴ f32, 2⁻¹¹ f16
   does — which moves an output by at most u × its term scale: + u norm-wise
   and per element. Quantizing the activations too (int8, ≈ 1/254 relative)
   stays far outside;
+* SwiGLU (``matmul_swiglu``, y = silu(g)·u of the two halves' sums g and u):
+  an honest fused kernel keeps g, u, silu and the product in fp32 and rounds
+  once, so it meets the plain bound. The eager PyTorch form,
+  ``silu(x @ W_gᵀ) * (x @ W_uᵀ)``, rounds three more times — g and u to the
+  dtype, then silu(g) — before the product's own rounding. To first order
+  δy/y = κ·δg/g + δu/u + δs/s + δy'/y with κ = |1 + g·(1 − σ(g))| silu's
+  condition number, ≤ 1.3 for the |g| ≲ 1.5 the inputs reach (|g| ~ 1/3 by the
+  scaling of :mod:`~matprobe.harness.inputs`). So + 3u per element (1.3 + 1 + 1
+  rounded up to whole roundings, the addends' way: 5u in all, against a worst
+  case of 4.3u the eager form reaches only when every rounding is at its worst
+  and the same sign; measured ≤ 2.9u with Q8_0's weight rounding on top) and
+  + u norm-wise: independent roundings add in quadrature,
+  √(1.3² + 3) × 0.43u ≈ 0.92u RMS, inside 2u by 2.2× (measured ≤ 0.95u). Where
+  g or u cancel, errors are judged against the propagated term scale
+  |silu(g)|·Σ|x·w_u| + |silu′(g)|·|u|·Σ|x·w_g| (``inputs.reference_scale``).
+  What fails: a dropped K tail (tens to thousands of u), and g and u kept as
+  fp16/bf16 running sums across ≥ 14 K tiles (k = 896 in tiles of ≤ 64, a
+  k = 4864 in tiles of ≤ 256: 5–9u per element, 1.2–2.5u norm-wise; Q8_0,
+  whose weight rounding is allowed on top, from 28 tiles). A running sum
+  rounded across only a few tiles (7 at k = 896, BLOCK_K = 128: ≈ 4–5u) is
+  within the eager form's own error and is not told apart: the eager
+  baseline does four roundings of its own;
 * fp32 accumulation grows like √K·u₃₂ for random-sign sums: that term keeps
   f32 results honest at large K and is negligible for f16/bf16 (there is no
   √K growth of the half-precision bounds), while a kernel that silently uses
@@ -55,23 +77,37 @@ ELEMENT_ROUNDINGS = 2.0
 #: multiples of √K·u₃₂ allowed for fp32 accumulation, norm-wise and per element
 NORM_ACCUMULATION = 2.0
 ELEMENT_ACCUMULATION = 8.0
+#: SwiGLU's eager form rounds g, u and silu(g) before the product's rounding:
+#: per element + 3u (counted like epilogue addends), norm-wise + u (see the module doc)
+SWIGLU_ELEMENT_ROUNDINGS = 3
+SWIGLU_NORM_ROUNDINGS = 1
 REL_FLOOR_OF_RMS = 1e-2
 DEFAULT_TRIALS = 3
 
 
 def tolerance(
-    dtype: str, k: int, addends: int = 0, *, truncated: bool = False, weight_roundings: int = 0
+    dtype: str,
+    k: int,
+    addends: int = 0,
+    *,
+    truncated: bool = False,
+    weight_roundings: int = 0,
+    swiglu: bool = False,
 ) -> tuple[float, float]:
     """(norm-wise, per-element relative) tolerance for ``dtype`` at depth ``k``, for
     an op whose epilogue adds ``addends`` further terms (a bias, β·C₀).
     ``truncated``: the output is cast by truncation (round toward zero, up to one
     ulp = 2u), as Triton's interpreter casts fp32 to bf16 — the rounding bound
-    doubles; on a GPU the cast rounds to nearest."""
+    doubles; on a GPU the cast rounds to nearest. ``swiglu``: the op is
+    silu(g)·u, whose eager form rounds three intermediates (see the module doc)."""
     u = UNIT_ROUNDOFF[dtype] * (2.0 if truncated else 1.0)
     accumulation = math.sqrt(max(k, 1)) * FP32_ROUNDOFF
+    norm_extra = SWIGLU_NORM_ROUNDINGS if swiglu else 0
+    element_extra = SWIGLU_ELEMENT_ROUNDINGS if swiglu else 0
     return (
-        (NORM_ROUNDINGS + weight_roundings) * u + NORM_ACCUMULATION * accumulation,
-        (ELEMENT_ROUNDINGS + addends + weight_roundings) * u + ELEMENT_ACCUMULATION * accumulation,
+        (NORM_ROUNDINGS + weight_roundings + norm_extra) * u + NORM_ACCUMULATION * accumulation,
+        (ELEMENT_ROUNDINGS + addends + weight_roundings + element_extra) * u
+        + ELEMENT_ACCUMULATION * accumulation,
     )
 
 
@@ -96,6 +132,7 @@ def spec_tolerance(spec: MatmulSpec, *, interpreted: bool = False) -> tuple[floa
         int(spec.has_bias) + int(spec.reads_c0),
         truncated=interpreted and output in INTERPRETER_TRUNCATES,
         weight_roundings=int(quantized),
+        swiglu=spec.is_swiglu,
     )
 
 

@@ -106,7 +106,7 @@ def _family_fingerprint(build: Builder, supports: Supports, sources: Sequence[An
 @dataclass(frozen=True)
 class VariantFamily:
     name: str
-    ops: frozenset[str]  # spec kinds: matmul, matmul_bias_add, matmul_alpha_beta
+    ops: frozenset[str]  # spec kinds: matmul, matmul_bias_add, matmul_alpha_beta, matmul_swiglu
     devices: frozenset[str]  # "cuda", "cpu"
     build: Builder
     supports: Supports = _always
@@ -202,6 +202,9 @@ class Variant:
         for module in fam.requires:
             if importlib.util.find_spec(module) is None:
                 return f"needs {module}, which is not installed"
+        # Checked for every family: the op is only defined for these specs.
+        if (problem := spec.swiglu_problem()) is not None:
+            return problem
         if spec.dtype == "q8_0" and (spec.k or 0) % Q8_0_BLOCK:
             return f"Q8_0 stores K in blocks of {Q8_0_BLOCK}: k={spec.k} is not a multiple"
         return fam.supports(spec, self.param_dict, device)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -86,6 +87,13 @@ def _worker_main(
                 "capability": tuple(device["capability"]) if device.get("capability") else None,
             }
         )
+        if info.kind == "cuda" and info.index:
+            # Pinned to its card (one worker per card with --gpus): the measuring code
+            # names cuda:<index>, and this makes Triton launches, streams and CUDA
+            # graphs, which use the current device, follow it there.
+            import torch
+
+            torch.cuda.set_device(info.index)
         ctx = PairContext(info, TimingPolicy(**policy), run_id)
 
         def resolve(ref: VariantRef) -> Variant:
@@ -126,10 +134,13 @@ def run_tasks(
     timeout_s: float,
     on_start: OnStart,
     on_result: OnResult,
+    cancel: threading.Event | None = None,
 ) -> None:
     """Run ``tasks`` (one family's) in worker processes; every task ends in exactly
-    one ``on_result`` call, whatever happens to the workers. Each worker builds
-    its registry from ``factory`` and ``plugins``, as the parent built its own."""
+    one ``on_result`` call, whatever happens to the workers — unless ``cancel`` is
+    set (an interrupted multi-GPU run): then the worker is killed and the tasks
+    left get none. Each worker builds its registry from ``factory`` and
+    ``plugins``, as the parent built its own."""
     ctx = PairContext(device, policy, run_id)
     mp = multiprocessing.get_context("spawn")
     remaining = {task.index: task for task in tasks}
@@ -158,6 +169,10 @@ def run_tasks(
         problem = ""
         try:
             while True:
+                if cancel is not None and cancel.is_set():
+                    proc.kill()
+                    proc.join()
+                    return
                 if parent_conn.poll(POLL_S):
                     try:
                         message = parent_conn.recv()

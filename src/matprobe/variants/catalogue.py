@@ -24,6 +24,7 @@ from matprobe.variants import (
     triton_gemv,
     triton_gemv_q8,
     triton_gemv_stream,
+    triton_gemv_swiglu,
     triton_gemv_tn,
     triton_splitk,
 )
@@ -41,6 +42,7 @@ MODULES: tuple[ModuleType, ...] = (
     triton_attention,
     triton_gemm,
     triton_gemv_q8,
+    triton_gemv_swiglu,
 )
 
 #: Their names under ``matprobe.variants`` (``"triton_gemv"``, …).

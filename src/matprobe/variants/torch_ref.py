@@ -2,7 +2,11 @@
 CPU BLAS on the CPU) — the figure every other variant is compared with.
 
 For Q8_0 weights it is what a PyTorch user does: dequantize (``d·q`` into a
-fresh fp16 weight, each call) and hand that to the same matmul."""
+fresh fp16 weight, each call) and hand that to the same matmul. For
+``matmul_swiglu`` it is a model's MLP in eager mode:
+``F.silu(x @ W_gate.T) * (x @ W_up.T)`` — two matmuls, each output rounded to
+the dtype, silu rounded, the product rounded (the tolerance counts these
+roundings, see ``matprobe.harness.validate``)."""
 
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
 
 @variant_family(
     name="torch.matmul",
-    ops=("matmul", "matmul_bias_add", "matmul_alpha_beta"),
+    ops=("matmul", "matmul_bias_add", "matmul_alpha_beta", "matmul_swiglu"),
     devices=("cuda", "cpu", "mps"),
     supports=_supports,
     baseline=True,
@@ -38,14 +42,20 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
 def torch_matmul(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
     """torch.matmul / addmm / baddbmm with out=: the call a PyTorch engine makes."""
     import torch
+    import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 
     alpha, beta = spec.alpha_value, spec.beta_value
     two_d = spec.batch == 1
+    swiglu, n0 = spec.is_swiglu, spec.n0 or 0
 
     def run(inputs: MatmulInputs, out: Any) -> None:
         a = inputs.a_mk()
         b = inputs.weight_kn(a.dtype) if inputs.quantized else inputs.b_kn()
-        if inputs.c0 is not None:
+        if swiglu:
+            # b is [batch, k, n0 + n1]: the gate's columns, then the up's.
+            gate, up = b[..., :n0], b[..., n0:]
+            torch.mul(F.silu(torch.matmul(a, gate)), torch.matmul(a, up), out=out)
+        elif inputs.c0 is not None:
             # β·C₀ + α·A·B in one call; a bias on top is a second kernel.
             torch.baddbmm(inputs.c0, a, b, beta=beta, alpha=alpha, out=out)
             if inputs.bias is not None:

@@ -1,0 +1,187 @@
+"""Several device slots measuring one plan at once: every GPU of a host.
+
+A *slot* is one place a worker process measures — a CUDA card (its
+:class:`DeviceInfo`, whose ``index`` pins the worker to the card) or, in tests,
+a CPU slot. :func:`run_on_slots` hands out *work items* (a chunk of one
+family's tasks; a candidate and its baseline are one task, so they are always
+measured on the same card, interleaved) to whichever slot is free. Each slot is
+a thread in the parent that drives one worker process at a time through the
+ordinary runner (:func:`~matprobe.harness.worker.run_tasks`), so a crash or a
+hang still costs only its pair. The threads never touch the store: every
+event comes back to the calling thread, which asks for work and stores
+results — the store stays the single writer it was (an SQLite connection
+belongs to one thread).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from matprobe.errors import MatprobeError
+from matprobe.harness.device import DeviceInfo
+from matprobe.harness.results import PairResult
+from matprobe.harness.worker import Task, run_tasks
+
+
+@dataclass(frozen=True)
+class DeviceSlot:
+    """Where one worker measures; ``label`` says so in each row ("cuda:1")."""
+
+    label: str
+    device: DeviceInfo
+
+
+def parse_gpus(text: str) -> list[int] | None:
+    """``--gpus``: "all" (None: every card) or card indices "0,1,…"; a one-line error else."""
+    if text.strip() == "all":
+        return None
+    parts = [part.strip() for part in text.split(",")]
+    if not parts or not all(part.isdigit() for part in parts):
+        raise MatprobeError(f"--gpus {text!r}: give 'all' or card indices such as 0,1")
+    indices = [int(part) for part in parts]
+    if len(set(indices)) != len(indices):
+        raise MatprobeError(f"--gpus {text!r}: a card is named twice")
+    return indices
+
+
+def cuda_slots(
+    gpus: str, detect_card: Callable[[int], DeviceInfo] | None = None
+) -> list[DeviceSlot]:
+    """One slot per card ``--gpus`` names, each described by its own DeviceInfo.
+
+    Cards of one run must share a device fingerprint (the plan's result keys hold
+    it): a host with two card types runs each type with its own ``--gpus``."""
+    wanted = parse_gpus(gpus)
+    from matprobe.harness.device import cuda_available, detect
+
+    if not cuda_available():
+        raise MatprobeError(f"--gpus {gpus}: torch sees no CUDA GPU on this machine")
+    import torch
+
+    count = int(torch.cuda.device_count())
+    indices = list(range(count)) if wanted is None else wanted
+    missing = [i for i in indices if i >= count]
+    if missing:
+        raise MatprobeError(
+            f"--gpus {gpus}: no card {', '.join(map(str, missing))} here "
+            f"({count} CUDA card(s): 0–{count - 1})"
+        )
+    describe = detect_card or (lambda index: detect("cuda", index))
+    slots = [DeviceSlot(f"cuda:{i}", describe(i)) for i in indices]
+    kinds = {slot.device.fingerprint for slot in slots}
+    if len(kinds) > 1:
+        raise MatprobeError(
+            f"--gpus {gpus}: the cards differ ({'; '.join(sorted(kinds))}); "
+            "run each card type with its own --gpus"
+        )
+    return slots
+
+
+def with_card(result: PairResult, slot: DeviceSlot) -> PairResult:
+    """The result with the card that measured it among its notes (the device
+    fingerprint names the card type, not which of a host's cards it was)."""
+    note = f"card {slot.label}"
+    return replace(result, clocks=replace(result.clocks, notes=(*result.clocks.notes, note)))
+
+
+NextItem = Callable[[], Sequence[Task] | None]
+OnResultAt = Callable[[Task, PairResult, DeviceSlot], None]
+
+
+def run_on_slots(
+    next_item: NextItem,
+    slots: Sequence[DeviceSlot],
+    *,
+    on_start: Callable[[Task], None],
+    on_result: OnResultAt,
+    runner: Callable[..., None] = run_tasks,
+    **runner_options: Any,
+) -> None:
+    """Run work items on ``slots`` in parallel until ``next_item`` gives None.
+
+    ``next_item``, ``on_start`` and ``on_result`` are called in this thread only.
+    ``runner`` is called as ``runner(tasks, device=slot.device, on_start=…,
+    on_result=…, cancel=threading.Event, **runner_options)`` in the slot's thread.
+    On Ctrl-C the slots are cancelled, what already arrived is still handed to
+    ``on_result``, and KeyboardInterrupt is raised again; an exception in a slot's
+    runner stops the handing out of work and is raised once the others have finished."""
+    if not slots:
+        raise ValueError("run_on_slots needs at least one slot")
+    events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+    inboxes: list[queue.Queue[Sequence[Task] | None]] = [queue.Queue() for _ in slots]
+    cancel = threading.Event()
+
+    def serve(number: int, slot: DeviceSlot) -> None:
+        while True:
+            item = inboxes[number].get()
+            if item is None:
+                break
+            try:
+                runner(
+                    item,
+                    device=slot.device,
+                    on_start=lambda task: events.put(("start", number, task)),
+                    on_result=lambda task, result: events.put(("result", number, task, result)),
+                    cancel=cancel,
+                    **runner_options,
+                )
+            except BaseException as exc:  # reported to the caller's thread
+                events.put(("failed", number, exc))
+            events.put(("idle", number))
+        events.put(("stopped", number))
+
+    threads = [
+        threading.Thread(target=serve, args=(n, slot), name=f"matprobe-{slot.label}", daemon=True)
+        for n, slot in enumerate(slots)
+    ]
+    for thread in threads:
+        thread.start()
+    running = len(threads)
+    failure: BaseException | None = None
+    exhausted = False
+
+    def feed(number: int) -> None:
+        nonlocal exhausted
+        item = None if exhausted or failure is not None else next_item()
+        if item is None:
+            exhausted = True
+        inboxes[number].put(item)
+
+    def handle(event: tuple[Any, ...]) -> None:
+        nonlocal running, failure
+        kind, number = event[0], event[1]
+        if kind == "start":
+            on_start(event[2])
+        elif kind == "result":
+            on_result(event[2], event[3], slots[number])
+        elif kind == "failed":
+            failure = failure or event[2]
+        elif kind == "idle":
+            feed(number)
+        elif kind == "stopped":
+            running -= 1
+
+    try:
+        for number in range(len(slots)):
+            feed(number)
+        while running:
+            handle(events.get())
+    except KeyboardInterrupt:
+        cancel.set()
+        exhausted = True
+        for inbox in inboxes:
+            inbox.put(None)
+        for thread in threads:
+            thread.join(timeout=30)
+        # What finished before the interrupt is stored, never dropped.
+        while not events.empty():
+            event = events.get()
+            if event[0] == "result":
+                on_result(event[2], event[3], slots[event[1]])
+        raise
+    if failure is not None:
+        raise failure

@@ -1,0 +1,157 @@
+"""Triton kernels of the ``triton.gemv_swiglu`` family (imported only by its builder).
+
+``y[b, 0, j] = silu(g_j) · u_j`` with ``g_j = W[b, j, :] · x[b, 0, :]`` and
+``u_j = W[b, n0 + j, :] · x[b, 0, :]``: W holds gate and up stacked,
+``[batch, n0 + n1, k]`` (n0 == n1). Each program computes BLOCK_N outputs and
+reads, for each, the gate row j and the up row n0 + j — the two halves of a
+decode MLP's first matmul in one pass over x, with the activation applied in
+registers instead of in a second (eager) kernel that re-reads both halves.
+
+Both sums stay fp32 across every K tile (a half-precision running sum is what
+the tolerance refuses), silu and the product are fp32 too, and the result is
+cast once, on store (``_triton_blocks.store_out`` with no C₀ and no bias).
+
+* :func:`gemv_swiglu_kernel` — f16/bf16 W: products pile up in two
+  [BLOCK_N, BLOCK_K] fp32 tiles, reduced once after the last K tile.
+* :func:`gemv_swiglu_q8_kernel` — Q8_0 W in the split layout (int8 quants
+  ``[batch, n0 + n1, k]``, fp16 scales ``[batch, n0 + n1, k/32]``), as
+  ``_triton_gemv_q8_kernels`` reads it blockwise: q·x summed within each
+  32-weight block, then scaled once per block, in fp32.
+"""
+
+import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
+import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+from matprobe.variants._triton_blocks import store_out
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def silu_mul(g, u):  # type: ignore[no-untyped-def]
+    """silu(g)·u in fp32: g·σ(g)·u. For g → −∞, exp(−g) overflows to inf and the
+    quotient is −0, silu's limit (never a NaN)."""
+    return g / (1.0 + tl.exp(-g)) * u
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def gemv_swiglu_kernel(  # type: ignore[no-untyped-def]
+    x_ptr,  # [batch, 1, k] activations
+    w_ptr,  # [batch, n0 + n1, k] gate rows, then up rows
+    out_ptr,  # [batch, 1, n0]
+    n0,
+    k,
+    stride_xb,
+    stride_xk,
+    stride_wb,
+    stride_wn,
+    stride_wk,
+    stride_ob,
+    stride_on,
+    BLOCK_N: tl.constexpr,  # noqa: N803
+    BLOCK_K: tl.constexpr,  # noqa: N803
+    K_TILES: tl.constexpr,  # noqa: N803 - cdiv(k, BLOCK_K): the loop is unrolled
+    EVEN_K: tl.constexpr,  # noqa: N803 - k % BLOCK_K == 0: no K masks
+    EVEN_N: tl.constexpr,  # noqa: N803 - n0 % BLOCK_N == 0: no row masks
+) -> None:
+    pid_n = tl.program_id(0)
+    # Batch and row bases in int64: (n0 + n1) · k may pass 2**31 elements.
+    pid_b = tl.program_id(1).to(tl.int64)
+    row0 = pid_n * BLOCK_N
+    rows = tl.arange(0, BLOCK_N)
+    offs_n = row0 + rows
+    mask_n = offs_n < n0
+    offs_k = tl.arange(0, BLOCK_K)
+
+    x_base = x_ptr + pid_b * stride_xb
+    g_rows = w_ptr + pid_b * stride_wb + row0.to(tl.int64) * stride_wn + rows[:, None] * stride_wn
+    # The up row of output j is row n0 + j of the stacked W (n0 made a tensor
+    # first: Triton passes an integer argument equal to 1 as a constexpr).
+    u_rows = g_rows + (row0 * 0 + n0).to(tl.int64) * stride_wn
+
+    acc_g = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for t in tl.static_range(K_TILES):
+        ks = t * BLOCK_K + offs_k
+        if EVEN_K and EVEN_N:
+            x = tl.load(x_base + ks * stride_xk).to(tl.float32)
+            g = tl.load(g_rows + ks[None, :] * stride_wk).to(tl.float32)
+            u = tl.load(u_rows + ks[None, :] * stride_wk).to(tl.float32)
+        else:
+            mask_k = ks < k
+            mask = mask_n[:, None] & mask_k[None, :]
+            x = tl.load(x_base + ks * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
+            g = tl.load(g_rows + ks[None, :] * stride_wk, mask=mask, other=0.0).to(tl.float32)
+            u = tl.load(u_rows + ks[None, :] * stride_wk, mask=mask, other=0.0).to(tl.float32)
+        acc_g += g * x[None, :]
+        acc_u += u * x[None, :]
+    y = silu_mul(tl.sum(acc_g, axis=1), tl.sum(acc_u, axis=1))
+    store_out(y, 0.0, 0.0, 1.0, out_ptr + pid_b * stride_ob + offs_n * stride_on, mask_n)
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def gemv_swiglu_q8_kernel(  # type: ignore[no-untyped-def]
+    x_ptr,  # [batch, 1, k] fp16 activations
+    q_ptr,  # [batch, n0 + n1, k] int8 quants, gate rows then up rows
+    d_ptr,  # [batch, n0 + n1, k/32] fp16 scales
+    out_ptr,  # [batch, 1, n0]
+    n0,
+    k,
+    stride_xb,
+    stride_xk,
+    stride_qb,
+    stride_qn,
+    stride_db,
+    stride_dn,
+    stride_ob,
+    stride_on,
+    BLOCK_N: tl.constexpr,  # noqa: N803
+    BLOCK_K: tl.constexpr,  # noqa: N803 - a multiple of 32 (whole Q8_0 blocks)
+    K_TILES: tl.constexpr,  # noqa: N803 - cdiv(k, BLOCK_K): the loop is unrolled
+    EVEN_K: tl.constexpr,  # noqa: N803 - k % BLOCK_K == 0: no K masks
+    EVEN_N: tl.constexpr,  # noqa: N803 - n0 % BLOCK_N == 0: no row masks
+    NB: tl.constexpr,  # noqa: N803 - BLOCK_K // 32: Q8_0 blocks in a tile
+) -> None:
+    pid_n = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    row0 = pid_n * BLOCK_N
+    rows = tl.arange(0, BLOCK_N)
+    offs_n = row0 + rows
+    mask_n = offs_n < n0
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_b = tl.arange(0, NB)
+    up = (row0 * 0 + n0).to(tl.int64)  # the up row of output j is row n0 + j
+
+    x_base = x_ptr + pid_b * stride_xb
+    qg_rows = q_ptr + pid_b * stride_qb + row0.to(tl.int64) * stride_qn + rows[:, None] * stride_qn
+    dg_rows = d_ptr + pid_b * stride_db + row0.to(tl.int64) * stride_dn + rows[:, None] * stride_dn
+    qu_rows = qg_rows + up * stride_qn
+    du_rows = dg_rows + up * stride_dn
+
+    acc_g = tl.zeros([BLOCK_N, NB], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_N, NB], dtype=tl.float32)
+    for t in tl.static_range(K_TILES):
+        ks = t * BLOCK_K + offs_k
+        blocks = t * NB + offs_b
+        if EVEN_K and EVEN_N:
+            x = tl.load(x_base + ks * stride_xk).to(tl.float32)
+            qg = tl.load(qg_rows + ks[None, :])
+            qu = tl.load(qu_rows + ks[None, :])
+            dg = tl.load(dg_rows + blocks[None, :])
+            du = tl.load(du_rows + blocks[None, :])
+        else:
+            mask_k = ks < k
+            mask = mask_n[:, None] & mask_k[None, :]
+            # k is whole blocks (Q8_0), so a block is either all inside or all past k.
+            mask_d = mask_n[:, None] & (blocks * 32 < k)[None, :]
+            x = tl.load(x_base + ks * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
+            qg = tl.load(qg_rows + ks[None, :], mask=mask, other=0)
+            qu = tl.load(qu_rows + ks[None, :], mask=mask, other=0)
+            dg = tl.load(dg_rows + blocks[None, :], mask=mask_d, other=0.0)
+            du = tl.load(du_rows + blocks[None, :], mask=mask_d, other=0.0)
+        # Σ q·x per 32-weight block (exact enough in fp32: 8-bit q, 11-bit x), then
+        # one multiply by that block's scale.
+        pg = tl.reshape(qg.to(tl.float32) * x[None, :], [BLOCK_N, NB, 32])
+        pu = tl.reshape(qu.to(tl.float32) * x[None, :], [BLOCK_N, NB, 32])
+        acc_g += tl.sum(pg, axis=2) * dg.to(tl.float32)
+        acc_u += tl.sum(pu, axis=2) * du.to(tl.float32)
+    y = silu_mul(tl.sum(acc_g, axis=1), tl.sum(acc_u, axis=1))
+    store_out(y, 0.0, 0.0, 1.0, out_ptr + pid_b * stride_ob + offs_n * stride_on, mask_n)

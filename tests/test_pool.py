@@ -1,0 +1,162 @@
+"""Several device slots on one plan (``run --gpus``), tested with CPU slots: every
+pair measured exactly once across the slots, every result in the one store, each
+row naming its slot, a crash costing only its pair."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
+
+import fake_variants  # noqa: E402
+from matprobe.cli import main  # noqa: E402
+from matprobe.errors import MatprobeError  # noqa: E402
+from matprobe.harness import runner as runner_mod  # noqa: E402
+from matprobe.harness.device import DeviceInfo  # noqa: E402
+from matprobe.harness.measure import PairContext, measure_pair_safely  # noqa: E402
+from matprobe.harness.pool import DeviceSlot, cuda_slots, parse_gpus, run_on_slots  # noqa: E402
+from matprobe.harness.results import ErrorKind, Status  # noqa: E402
+from matprobe.harness.runner import PairState, execute, make_plan  # noqa: E402
+from matprobe.harness.store import ResultStore  # noqa: E402
+from matprobe.harness.timing import TimingPolicy  # noqa: E402
+from matprobe.harness.variants import Variant  # noqa: E402
+from matprobe.harness.worker import Task  # noqa: E402
+from matprobe.spec import MatmulSpec  # noqa: E402
+
+CPU = DeviceInfo(kind="cpu", name="test-cpu")
+FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.01, host_samples=3)
+REGISTRY = fake_variants.registry()
+#: CPU "cards": one fingerprint (the plan's keys), different indices, as a host's GPUs.
+SLOTS = [DeviceSlot(f"cpu-slot:{i}", replace(CPU, index=i)) for i in range(3)]
+
+
+def spec(n: int) -> MatmulSpec:
+    return MatmulSpec(op="matmul", batch=1, m=1, n=n, k=29, tA=False, tB=True, dtype="f32")
+
+
+def test_every_pair_runs_once_across_slots_in_parallel_into_one_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner_mod, "CLAIM_CHUNK", 2)
+    specs = [spec(n) for n in range(5, 17)]
+    variants = [REGISTRY.family("fake.exact").variants()[0]]
+    measured: list[tuple[int, str]] = []
+    busy: set[int] = set()
+    overlap = threading.Event()
+    lock = threading.Lock()
+
+    def slot_runner(tasks: list[Task], **kw: Any) -> None:
+        index = kw["device"].index
+        with lock:
+            busy.add(index)
+            if len(busy) > 1:
+                overlap.set()
+        for task in tasks:
+            kw["on_start"](task)
+            result = measure_pair_safely(task.spec, task.variant, PairContext(CPU, FAST, 1))
+            with lock:
+                measured.append((index, task.spec.key()))
+            time.sleep(0.05)  # long enough for the slots to overlap
+            kw["on_result"](task, replace(result, run_id=kw["run_id"]))
+        with lock:
+            busy.discard(index)
+
+    with ResultStore(tmp_path / "s.db") as store:
+        plan = make_plan(specs, variants, CPU, FAST, store)
+        run_id = store.start_run("t", {})
+        outcome = execute(plan, store, CPU, FAST, run_id=run_id, runner=slot_runner, slots=SLOTS)
+        assert sorted(key for _, key in measured) == sorted(s.key() for s in specs)  # once each
+        assert overlap.is_set(), "the slots never measured at the same time"
+        assert {index for index, _ in measured} == {0, 1, 2}
+        stored = store.results(run_id=run_id)
+        assert len(stored) == len(specs) == outcome.fresh
+        by_spec = dict(measured)
+        for result in stored:
+            cards = [n for n in result.clocks.notes if n.startswith("card ")]
+            (slot_index,) = [i for i, key in measured if key == result.spec_key]
+            assert cards == [f"card cpu-slot:{slot_index}"], (cards, by_spec)
+
+
+def test_real_workers_on_cpu_slots_a_crash_costs_only_its_pair(tmp_path: Path) -> None:
+    """Spawned worker processes on two slots: the segfaulting pair is an ERROR row,
+    every other pair passes, and all of them are in the one store."""
+    flaky = REGISTRY.family("fake.flaky")
+    ok = Variant(flaky, (("mode", "ok"),))
+    segv = Variant(flaky, (("mode", "segv"),))
+    exact = REGISTRY.family("fake.exact").variants()[0]
+    specs = [spec(n) for n in (5, 6)]
+    with ResultStore(tmp_path / "s.db") as store:
+        plan = make_plan(specs, [exact, ok, segv], CPU, FAST, store)
+        assert len(plan.of(PairState.RUN)) == 6
+        run_id = store.start_run("t", {})
+        started = time.monotonic()
+        execute(
+            plan,
+            store,
+            CPU,
+            FAST,
+            run_id=run_id,
+            factory="fake_variants:registry",
+            timeout_s=30,
+            slots=SLOTS[:2],
+        )
+        took = time.monotonic() - started
+        rows = {(r.spec_key, r.variant_id): r for r in store.results(run_id=run_id)}
+    assert len(rows) == 6, took
+    for (_, variant_id), row in rows.items():
+        if variant_id == segv.id:
+            assert row.status is Status.ERROR and row.error_kind is ErrorKind.CRASH
+        else:
+            assert row.status is Status.PASS, row.reason
+        assert any(n.startswith("card cpu-slot:") for n in row.clocks.notes)
+
+
+def test_a_runner_failure_stops_handing_out_work_and_is_raised() -> None:
+    handed: list[int] = []
+    items = iter(
+        [[Task(i, spec(5), REGISTRY.family("fake.exact").variants()[0])] for i in range(9)]
+    )
+
+    def next_item() -> list[Task] | None:
+        item = next(items, None)
+        if item is not None:
+            handed.append(item[0].index)
+        return item
+
+    def broken(tasks: list[Task], **kw: Any) -> None:
+        raise RuntimeError("the runner itself broke")
+
+    with pytest.raises(RuntimeError, match="runner itself broke"):
+        run_on_slots(
+            next_item, SLOTS[:2], on_start=lambda t: None, on_result=lambda *a: None, runner=broken
+        )
+    assert len(handed) < 9
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [("0,x", "give 'all' or card indices"), ("1,1", "named twice"), ("", "give 'all'")],
+)
+def test_gpus_syntax_errors_are_one_line(text: str, needle: str) -> None:
+    with pytest.raises(MatprobeError, match=needle):
+        parse_gpus(text)
+
+
+def test_gpus_on_a_machine_without_them_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if torch.cuda.is_available():
+        with pytest.raises(MatprobeError, match="no card 999"):
+            cuda_slots("0,999")
+        return
+    with pytest.raises(MatprobeError, match="no CUDA GPU"):
+        cuda_slots("all")
+    code = main(["run", "--gpus", "0,1", "--db", "/nonexistent/x.sqlite"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--gpus 0,1" in err, err
