@@ -50,7 +50,7 @@ def cmd_dispatch(args: argparse.Namespace, out: TextIO) -> int:
     db = Path(args.db) if args.db else default_store_path()
     if not db.is_file():
         raise MatprobeError(f"no result store at {db}")
-    with ResultStore(db) as store:
+    with ResultStore(db, read_only=True) as store:  # exporting never writes the store
         runs = store.runs()
         if not runs:
             raise MatprobeError(f"{db} holds no run")
