@@ -11,6 +11,8 @@ choose either way.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 from pathlib import Path
 
@@ -55,3 +57,20 @@ def seed(prefix: str) -> Path:
     found = sorted(SEEDS.glob(f"{prefix}_*.txt"))
     assert found, f"seed {prefix}_* not found under {SEEDS}"
     return found[0]
+
+
+def digest(path: Path) -> str:
+    """A file's bytes, hashed: equal before and after means a command only read it."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_cli(*argv: str) -> tuple[int, str]:
+    """Exit status and stdout of ``matprobe ARGV`` (a usage error exits through argparse)."""
+    from matprobe.cli import main
+
+    out = io.StringIO()
+    try:
+        code = main(list(argv), out=out)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, out.getvalue()

@@ -6,8 +6,6 @@ distribution, or from one 10 % slower), then end to end on stored runs."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import re
 from pathlib import Path
@@ -15,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from matprobe.cli import main
+from conftest import digest
+from conftest import run_cli as matprobe
 from matprobe.harness.compare import (
     RatioEstimate,
     Thresholds,
@@ -118,20 +117,6 @@ def test_what_each_verdict_means() -> None:
 
 
 # ---- stored runs ------------------------------------------------------------------
-
-
-def matprobe(*argv: str) -> tuple[int, str]:
-    """Exit status and stdout of ``matprobe ARGV`` (a usage error exits through argparse)."""
-    out = io.StringIO()
-    try:
-        code = main(list(argv), out=out)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, out.getvalue()
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_a_run_compared_with_itself_is_same_for_every_pair(tmp_path: Path) -> None:

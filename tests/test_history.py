@@ -3,15 +3,14 @@ were reported, listed, and followed over time — always through a read-only sto
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from matprobe.cli import main
+from conftest import digest
+from conftest import run_cli as matprobe
 from matprobe.harness.report import render_markdown, render_terminal, to_json
 from matprobe.harness.store import ResultStore, StoreError
 from matprobe.harness.stored_report import load_report
@@ -29,20 +28,6 @@ from stored_runs import (
     samples,
     store_run,
 )
-
-
-def matprobe(*argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    try:
-        code = main(list(argv), out=out)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, out.getvalue()
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
 
 # ---- report RUN ---------------------------------------------------------------------
 

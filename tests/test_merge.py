@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pytest
 
+from conftest import digest
 from matprobe.cli import main
 from matprobe.harness.merge import merge_stores
 from matprobe.harness.results import PairResult
 from matprobe.harness.store import ResultKey, ResultStore
 from test_store import make_result
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def store_with(path: Path, results: list[PairResult], command: str = "matprobe run") -> int:

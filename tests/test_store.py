@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import hashlib
 import math
 import multiprocessing
 import os
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from conftest import digest
 from matprobe.errors import MatprobeError
 from matprobe.harness.results import (
     Clocks,
@@ -82,10 +82,6 @@ def minimal_result(variant: str = "torch.matmul/default") -> PairResult:
         error_kind=ErrorKind.TIMEOUT,
         reason="timeout: no result after 300 s",
     )
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def filled_store(path: Path, n: int = 200) -> Path:

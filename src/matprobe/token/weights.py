@@ -29,14 +29,11 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from matprobe.errors import MatprobeError
+from matprobe.harness.inputs import torch_dtype as harness_torch_dtype
 from matprobe.models import ModelConfig
 
-#: Torch dtypes of the dtypes a token runs in (weights and activations alike).
-TORCH_DTYPES: dict[str, torch.dtype] = {
-    "f32": torch.float32,
-    "f16": torch.float16,
-    "bf16": torch.bfloat16,
-}
+#: The dtypes a token runs in (weights and activations alike).
+TOKEN_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16")
 
 #: RoPE base. Qwen2.5 uses 1e6 (Llama 3: 5e5); the angles change no cost, only
 #: values, so one base serves every config.
@@ -134,10 +131,10 @@ class TokenWeights:
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
-    try:
-        return TORCH_DTYPES[dtype]
-    except KeyError:
-        raise MatprobeError(f"a token runs in {', '.join(TORCH_DTYPES)}, not {dtype!r}") from None
+    """The harness's torch dtype for ``dtype``, or why a token does not run in it."""
+    if dtype not in TOKEN_DTYPES:
+        raise MatprobeError(f"a token runs in {', '.join(TOKEN_DTYPES)}, not {dtype!r}")
+    return harness_torch_dtype(dtype)
 
 
 def rope_tables(head_dim: int, position: int) -> tuple[torch.Tensor, torch.Tensor]:
