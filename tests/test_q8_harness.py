@@ -103,6 +103,32 @@ def NO_SCALES(  # noqa: N802 - a family is a module constant
     return run
 
 
+@variant_family(name="cheat.q8_half_sum", ops={"matmul", "matmul_bias_add"}, dtypes=("q8_0",))
+def HALF_RUNNING_SUM(  # noqa: N802 - a family is a module constant
+    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
+) -> KernelFn:
+    """Each 128-wide K tile in fp32, the running sum across tiles kept in fp16: the
+    extra u the Q8_0 bound allows for rounding weights must not let this through."""
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        w = dequantize_q8_0(inputs.b, inputs.scales).transpose(-1, -2)
+        a = inputs.a.float()
+        total = torch.zeros(out.shape, dtype=torch.float16)
+        for k0 in range(0, a.shape[-1], 128):
+            part = a[..., k0 : k0 + 128] @ w[..., k0 : k0 + 128, :]
+            total = (total.float() + part).half()
+        if inputs.bias is not None:
+            total = (total.float() + inputs.bias.float()).half()
+        out.copy_(total)
+
+    return run
+
+
+def test_an_fp16_running_sum_fails_despite_the_weight_rounding_allowance() -> None:
+    result = measure(spec(SHAPES[0]), HALF_RUNNING_SUM)  # k = 4864: 38 tiles
+    assert result.status is Status.FAIL, result.reason
+
+
 @pytest.mark.parametrize("cheat", [INT8_ACTIVATIONS, NO_SCALES], ids=lambda f: f.name)
 @pytest.mark.parametrize("key", SHAPES[1:3])
 def test_cheaper_arithmetic_fails(cheat: Any, key: str) -> None:
