@@ -9,6 +9,7 @@ ERROR); 2 for a usage error, said in one line before anything runs.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -30,6 +31,20 @@ EXIT_FAILED = 1
 #: Modes a profile can be recorded in: eager ones (Inductor fuses across the
 #: step's parts, so a compiled kernel belongs to no one part).
 PROFILE_MODES = ("eager", "eager+table", "eager-none")
+
+
+#: ``--fused``: the cuBLAS modes and the triton.gemv_decode ones.
+FUSED_MODES = (
+    "eager",
+    "eager-none",
+    "compile",
+    "compile-none",
+    "eager+decode",
+    "fused",
+    "compile+fused",
+)
+#: … and beside a q8_0 token, its fp16 peer's cuBLAS modes.
+Q8_PEER_MODES = ("f16:eager", "f16:eager-none", "f16:compile", "f16:compile-none")
 
 
 class DispatchTable(Protocol):
@@ -64,13 +79,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a small Qwen2-shaped config (2 layers, hidden 64, 4/2 heads, vocab 320) for the CPU",
     )
     p.add_argument("--context", type=positive, default=128, metavar="L", help="default 128")
-    p.add_argument("--dtype", choices=("f16", "bf16", "f32"), default="f16", help="default f16")
+    p.add_argument(
+        "--dtype",
+        choices=("f16", "bf16", "f32", "q8_0"),
+        default="f16",
+        help="default f16; q8_0: Q8_0 weight matrices, fp16 elsewhere, beside its fp16 peer "
+        "(f16:eager, f16:compile modes)",
+    )
+    p.add_argument(
+        "--fused",
+        action="store_true",
+        help="only the cuBLAS modes (eager, compile and their matmul-less twins; a q8_0 "
+        "token's fp16 peers) and the triton.gemv_decode ones: eager+decode, fused, "
+        "compile+fused",
+    )
     p.add_argument(
         "--modes",
         metavar="A,B,…",
         help="modes to run, comma-separated (default: all on CUDA, the eager ones on the CPU): "
         "eager, eager-none, eager+table, compile, compile-none, compile-max-autotune, "
-        "compile-max-autotune-none, compile+table",
+        "compile-max-autotune-none, compile+table, eager+decode, fused, compile+fused; "
+        "beside a q8_0 token also f16:eager, f16:compile, …",
     )
     p.add_argument(
         "--rounds", type=positive, default=30, metavar="N", help="timed rounds (default 30)"
@@ -203,7 +232,11 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
 
     device = _device(args.device)
     config = small_config() if args.small else get_model(args.model)
+    if args.fused and args.modes:
+        raise MatprobeError("--fused names the modes itself: give --fused or --modes, not both")
     names = parse_modes(args.modes) if args.modes else None
+    if args.fused:
+        names = FUSED_MODES + (Q8_PEER_MODES if args.dtype == "q8_0" else ())
     for target in (args.json, args.profile):
         if target and target != "-":
             _check_writable(Path(target))
@@ -218,7 +251,13 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
         predicted, why_not = _predict(table, config, args.context, args.dtype)
         if why_not:
             print(f"matprobe: warning: {term_safe(why_not)}", file=sys.stderr)
-    selection = select_modes(names, device_kind=device, have_table=bool(args.table))
+    selection = select_modes(
+        names,
+        device_kind=device,
+        have_table=bool(args.table),
+        dtype=args.dtype,
+        have_triton=importlib.util.find_spec("triton") is not None,
+    )
 
     def progress(message: str) -> None:
         print(f"matprobe: token: {term_safe(message)}", file=sys.stderr)

@@ -173,7 +173,8 @@ def decode_specs(
     down projection; then lm_head once. Counts are calls per token.
 
     Layouts follow the profile (DESIGN.md §2): weights are [N, K] (tB=1)
-    except the fused QKV weight, which the profiled backend stores [K, N].
+    except the fused QKV weight, which the profiled backend stores [K, N]
+    (in f16/bf16/f32; Q8_0 weights are all [N, K]).
     Unfused K and V (and gate and up) have equal shapes, so each pair is one
     spec run twice per layer rather than two equal specs.
 
@@ -205,7 +206,10 @@ def decode_specs(
     shapes: list[ModelShape] = []
     if fuse_qkv:
         n_qkv = (c.heads + 2 * c.kv_heads) * c.head_dim
-        shapes.append(ModelShape(weight(qkv_op, n_qkv, c.hidden, tb=False), c.layers, "qkv"))
+        # Q8_0 blocks run along K, so a quantized weight is always stored [N, K]
+        # (the quantized profile's fused QKV reads it so).
+        qkv = weight(qkv_op, n_qkv, c.hidden, tb=dtype == "q8_0")
+        shapes.append(ModelShape(qkv, c.layers, "qkv"))
     else:
         shapes.append(ModelShape(weight(qkv_op, c.heads * c.head_dim, c.hidden), c.layers, "q"))
         kv = weight(qkv_op, c.kv_heads * c.head_dim, c.hidden)

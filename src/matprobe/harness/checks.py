@@ -41,13 +41,17 @@ CHAIN_REPLAYS = 20
 
 
 def _judge_calls(
-    spec: MatmulSpec, outs: Sequence[Any], answers: Sequence[tuple[Any, Any]]
+    spec: MatmulSpec,
+    outs: Sequence[Any],
+    answers: Sequence[tuple[Any, Any]],
+    activation_quant: str | None = None,
 ) -> tuple[str, str] | None:
-    """(\"call i\", what is wrong) for the first call whose output fails, else None."""
+    """(\"call i\", what is wrong) for the first call whose output fails, else None;
+    ``activation_quant``: the family's declaration (see ``validate.spec_tolerance``)."""
     import torch
 
     assert spec.k is not None
-    tolerances = spec_tolerance(spec)
+    tolerances = spec_tolerance(spec, activation_quant=activation_quant)
     figures = compare_many(
         torch.stack(list(outs)),
         torch.stack([ref for ref, _ in answers]),
@@ -69,9 +73,12 @@ def check_replay(
     outputs: GuardedOutputs,
     calls: int,
     where: str,
+    *,
+    activation_quant: str | None = None,
 ) -> str | None:
     """Refill, poison, replay once, check every call's output and the guards.
-    ``sources`` are the producer's sources (``−a`` per set), refilled to match."""
+    ``sources`` are the producer's sources (``−a`` per set), refilled to match;
+    ``activation_quant``: the family's declaration (see ``validate.spec_tolerance``)."""
     for i, inputs in enumerate(sets):
         refill(inputs, spec, REFILL_SEED + i)
         sources[i].copy_(inputs.a.neg())
@@ -84,6 +91,7 @@ def check_replay(
         spec,
         [outputs.views[i] for i in range(calls)],
         [answers[i % len(sets)] for i in range(calls)],
+        activation_quant,
     )
     if problem:
         return f"{problem[0]}/{calls} of the timed replay, on refilled inputs: {problem[1]}"
@@ -104,6 +112,8 @@ def check_chain(
     where: str,
     links: int = CHAIN_LINKS,
     replays: int = CHAIN_REPLAYS,
+    *,
+    activation_quant: str | None = None,
 ) -> str | None:
     """``links`` dependent calls recorded once: call i reads ``x`` from the buffer call
     i − 1 wrote (its first min(n, k) elements; when k > n the rest are fixed values),
@@ -151,6 +161,7 @@ def check_chain(
             spec,
             outs,
             [(reference(inputs, where), reference_scale(inputs, where)) for inputs in links_in],
+            activation_quant,
         )
         if problem:
             return (

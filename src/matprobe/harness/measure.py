@@ -145,11 +145,18 @@ class GuardBreachError(Exception):
 
 
 def validate_pair(
-    spec: MatmulSpec, fn: KernelFn, device: DeviceInfo, trials: int, *, interpreted: bool = False
+    spec: MatmulSpec,
+    fn: KernelFn,
+    device: DeviceInfo,
+    trials: int,
+    *,
+    interpreted: bool = False,
+    activation_quant: str | None = None,
 ) -> Validation:
     """The float64 validation of a built kernel: ``trials`` fresh seeded input sets,
     each output NaN-poisoned inside guard zones. A written guard raises
-    :class:`GuardBreachError`."""
+    :class:`GuardBreachError`. ``activation_quant``: what the kernel's family
+    declares it does to x (``VariantFamily.activation_quant``)."""
     where = _torch_device(device)
 
     def trial(t: int) -> tuple[Any, Any, Any]:
@@ -166,7 +173,7 @@ def validate_pair(
             raise GuardBreachError(f"trial {t + 1}/{trials}: {breach}")
         return outputs.views[0], case.reference, case.scale
 
-    return validate(spec, trial, trials, interpreted=interpreted)
+    return validate(spec, trial, trials, interpreted=interpreted, activation_quant=activation_quant)
 
 
 def measure_pair(
@@ -183,15 +190,20 @@ def measure_pair(
     def fail(reason: str, metrics: Any = None) -> PairResult:
         return _result(spec, variant, ctx, status=Status.FAIL, reason=reason, metrics=metrics)
 
+    declared = variant.family.activation_quant
     try:
         interpreted = device.kind == "cpu" and variant.family.interpreted_on_cpu
-        checked = validate_pair(spec, fn, device, policy.trials, interpreted=interpreted)
+        checked = validate_pair(
+            spec, fn, device, policy.trials, interpreted=interpreted, activation_quant=declared
+        )
     except GuardBreachError as failed:
         return fail(str(failed))
     if not checked.passed:
         return fail(checked.failure or "", checked.metrics)
     recorder = recorder_for(device.kind)
-    if variant.launches_early and (problem := check_chain(spec, fn, recorder, where)):
+    if variant.launches_early and (
+        problem := check_chain(spec, fn, recorder, where, activation_quant=declared)
+    ):
         return fail(problem, checked.metrics)
 
     if device.kind == "cpu" and variant.family.interpreted_on_cpu:
@@ -200,7 +212,7 @@ def measure_pair(
         base = None
         if baseline is not None and baseline.id != variant.id:
             base = (baseline.id, _baseline_fn(spec, baseline, device))
-        clocks, problem = _time(spec, fn, device, policy, recorder, base)
+        clocks, problem = _time(spec, fn, device, policy, recorder, base, declared)
         if problem:
             return fail(problem, checked.metrics)
     return _result(spec, variant, ctx, status=Status.PASS, metrics=checked.metrics, clocks=clocks)
@@ -244,11 +256,13 @@ def _time(
     policy: TimingPolicy,
     recorder: Recorder,
     baseline: tuple[str, KernelFn] | None,
+    activation_quant: str | None = None,
 ) -> tuple[Clocks, str | None]:
     """The device clock after a producer, interleaved with the baseline (see
     :mod:`matprobe.harness.sampling`), then the replay check on refilled inputs,
     then the hot, host and (optionally) kernel clocks. Returns the clocks and the
-    replay check's failure, if any."""
+    replay check's failure, if any. ``activation_quant``: the candidate family's
+    declaration (the baseline's replay is judged without one)."""
     where = _torch_device(device)
     cuda = device.kind == "cuda"
     first = fresh_copy(seeded_case(spec, TIMING_SEED).inputs, where)
@@ -282,8 +296,9 @@ def _time(
     rounds = interleave(recorder, producer, candidate, base, calls, policy)
     state = gpu_clock_state() if cuda else {}
     failure = check_replay(
-        spec, recorder, candidate.recording, sets, sources, candidate.outputs, calls, where
-    )
+        spec, recorder, candidate.recording, sets, sources, candidate.outputs, calls, where,
+        activation_quant=activation_quant,
+    )  # fmt: skip
     if failure:
         return Clocks(device=rounds.candidate, notes=tuple(notes)), failure
     ratio = ratio_of(rounds, baseline[0]) if baseline is not None else None

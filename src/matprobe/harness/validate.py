@@ -28,7 +28,7 @@ The bounds, with u the output dtype's unit roundoff (2⁻²⁴ f32, 2⁻¹¹ f16
   significant bits) once to fp16 before multiplying — dequantize-then-cuBLAS
   does — which moves an output by at most u × its term scale: + u norm-wise
   and per element. Quantizing the activations too (int8, ≈ 1/254 relative)
-  stays far outside;
+  stays far outside, unless the family declares it (the last item);
 * SwiGLU (``matmul_swiglu``, y = silu(g)·u of the two halves' sums g and u):
   an honest fused kernel keeps g, u, silu and the product in fp32 and rounds
   once, so it meets the plain bound. The eager PyTorch form,
@@ -54,7 +54,27 @@ The bounds, with u the output dtype's unit roundoff (2⁻²⁴ f32, 2⁻¹¹ f16
 * fp32 accumulation grows like √K·u₃₂ for random-sign sums: that term keeps
   f32 results honest at large K and is negligible for f16/bf16 (there is no
   √K growth of the half-precision bounds), while a kernel that silently uses
-  TF32 (≈ 3e-4) fails at every K.
+  TF32 (≈ 3e-4) fails at every K;
+* quantized activations, for a family that *declares* them
+  (``VariantFamily.activation_quant``; never otherwise — the same arithmetic
+  undeclared fails, above). ``"int8_block32"`` is llama.cpp's mmvq trick: x
+  quantized per 32-element block to ``q = round(x/d)``, ``d = max|x|/127``, so
+  each element moves by ``|e| ≤ d/2``: at most ε_a = 1/254 of its block's
+  largest |x|, spread uniformly in ±d/2 (RMS d/√12) and independent of the
+  weights. The output error is ``δ = W·e``. Norm-wise, a GEMV spreads e as it
+  spreads x (‖W·e‖/‖W·x‖ ≈ ‖e‖/‖x‖ for weights independent of both), and
+  ‖e‖/‖x‖ = (d/√12)/RMS(x) = ε_a for the inputs' uniform activations (RMS =
+  max/√3): + 3ε_a, the 3× for a norm over a handful of outputs (at n = 1 the
+  norm is one element's error, below: 1 % of trials measured past 3ε_a, none
+  at n ≥ 7, ≈ 0.97ε_a at n ≥ 1000). Per element, δ_j is a sum of K independent
+  zero-mean terms, σ_j = ‖w_j‖·d/√12, which is (4/3)ε_a of the element's term
+  floor Σ|x·w|/√K for uniform x and w (E|x| = max/2, E|w| = (√3/2)·RMS(w)),
+  and less against |ref| where that is the larger: + 8ε_a (measured over
+  2·10⁶ elements at k = 896: RMS 0.7ε_a, 6·10⁻⁵ past 5ε_a, 5·10⁻⁷ past 6ε_a,
+  none past 6.4ε_a — 8ε_a keeps the 10⁷–10⁸ elements of a replay check
+  clear). Int6 activations reach 14–22ε_a per element, int4 17–34ε_a
+  norm-wise and 29–90ε_a per element: a family that declares int8 and does
+  less fails. Derived for a linear op (y = x·W and any epilogue after it).
 """
 
 from __future__ import annotations
@@ -81,6 +101,12 @@ ELEMENT_ACCUMULATION = 8.0
 #: per element + 3u (counted like epilogue addends), norm-wise + u (see the module doc)
 SWIGLU_ELEMENT_ROUNDINGS = 3
 SWIGLU_NORM_ROUNDINGS = 1
+#: Activation quantizations a family may declare (``VariantFamily.activation_quant``),
+#: each with ε_a: the largest error of an element relative to its block's max |x|
+ACTIVATION_QUANTS: dict[str, float] = {"int8_block32": 1.0 / 254.0}
+#: multiples of ε_a allowed for declared activation quantization (see the module doc)
+NORM_ACTIVATION = 3.0
+ELEMENT_ACTIVATION = 8.0
 REL_FLOOR_OF_RMS = 1e-2
 DEFAULT_TRIALS = 3
 
@@ -93,21 +119,28 @@ def tolerance(
     truncated: bool = False,
     weight_roundings: int = 0,
     swiglu: bool = False,
+    activation_quant: str | None = None,
 ) -> tuple[float, float]:
     """(norm-wise, per-element relative) tolerance for ``dtype`` at depth ``k``, for
     an op whose epilogue adds ``addends`` further terms (a bias, β·C₀).
     ``truncated``: the output is cast by truncation (round toward zero, up to one
     ulp = 2u), as Triton's interpreter casts fp32 to bf16 — the rounding bound
     doubles; on a GPU the cast rounds to nearest. ``swiglu``: the op is
-    silu(g)·u, whose eager form rounds three intermediates (see the module doc)."""
+    silu(g)·u, whose eager form rounds three intermediates (see the module doc).
+    ``activation_quant``: the kernel quantizes x as its family declares (a key of
+    :data:`ACTIVATION_QUANTS`; see the module doc)."""
     u = UNIT_ROUNDOFF[dtype] * (2.0 if truncated else 1.0)
     accumulation = math.sqrt(max(k, 1)) * FP32_ROUNDOFF
     norm_extra = SWIGLU_NORM_ROUNDINGS if swiglu else 0
     element_extra = SWIGLU_ELEMENT_ROUNDINGS if swiglu else 0
+    eps_a = 0.0 if activation_quant is None else ACTIVATION_QUANTS[activation_quant]
     return (
-        (NORM_ROUNDINGS + weight_roundings + norm_extra) * u + NORM_ACCUMULATION * accumulation,
+        (NORM_ROUNDINGS + weight_roundings + norm_extra) * u
+        + NORM_ACCUMULATION * accumulation
+        + NORM_ACTIVATION * eps_a,
         (ELEMENT_ROUNDINGS + addends + weight_roundings + element_extra) * u
-        + ELEMENT_ACCUMULATION * accumulation,
+        + ELEMENT_ACCUMULATION * accumulation
+        + ELEMENT_ACTIVATION * eps_a,
     )
 
 
@@ -116,9 +149,12 @@ def tolerance(
 INTERPRETER_TRUNCATES = frozenset({"bf16"})
 
 
-def spec_tolerance(spec: MatmulSpec, *, interpreted: bool = False) -> tuple[float, float]:
+def spec_tolerance(
+    spec: MatmulSpec, *, interpreted: bool = False, activation_quant: str | None = None
+) -> tuple[float, float]:
     """:func:`tolerance` for a complete spec; ``interpreted``: the kernel runs in
-    Triton's interpreter (see :data:`INTERPRETER_TRUNCATES`)."""
+    Triton's interpreter (see :data:`INTERPRETER_TRUNCATES`); ``activation_quant``:
+    what the kernel's family declares it does to x (``VariantFamily.activation_quant``)."""
     if spec.dtype is None or spec.k is None:
         raise ValueError("a tolerance needs a complete spec with a dtype")
     # Q8_0: the reference is made from the dequantized weights, so what is left
@@ -133,6 +169,7 @@ def spec_tolerance(spec: MatmulSpec, *, interpreted: bool = False) -> tuple[floa
         truncated=interpreted and output in INTERPRETER_TRUNCATES,
         weight_roundings=int(quantized),
         swiglu=spec.is_swiglu,
+        activation_quant=activation_quant,
     )
 
 
@@ -247,10 +284,14 @@ def validate(
     trials: int = DEFAULT_TRIALS,
     *,
     interpreted: bool = False,
+    activation_quant: str | None = None,
 ) -> Validation:
     """Run ``trials`` checks; ``run_trial(t)`` returns ``(out, ref, scale)`` for
-    trial t (fresh inputs each time). All trials run; the worst figures are kept."""
-    tol_norm, tol_rel = spec_tolerance(spec, interpreted=interpreted)
+    trial t (fresh inputs each time). All trials run; the worst figures are kept.
+    ``activation_quant``: as the kernel's family declares (see :func:`spec_tolerance`)."""
+    tol_norm, tol_rel = spec_tolerance(
+        spec, interpreted=interpreted, activation_quant=activation_quant
+    )
     assert spec.k is not None
     worst: Comparison | None = None
     failure: str | None = None

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from matprobe.errors import MatprobeError
 from matprobe.harness.fingerprint import module_fingerprint
+from matprobe.harness.validate import ACTIVATION_QUANTS
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
@@ -125,6 +126,11 @@ class VariantFamily:
     early_launch_param: str | None = None
     #: who wrote the family: "matprobe", or the plugin module that brought it
     origin: str = SHIPPED_ORIGIN
+    #: the kernels quantize the activations on the fly, as this key of
+    #: :data:`~matprobe.harness.validate.ACTIVATION_QUANTS` says (``"int8_block32"``:
+    #: llama.cpp's int8 x per 32-block); validation widens its tolerance by the
+    #: amount derived for it, for this family only
+    activation_quant: str | None = None
 
     @property
     def is_plugin(self) -> bool:
@@ -228,6 +234,7 @@ def variant_family(
     sources: Sequence[Any] = (),
     description: str = "",
     early_launch_param: str | None = _INFER,
+    activation_quant: str | None = None,
 ) -> Callable[[Builder], VariantFamily]:
     """Decorate a builder ``(spec, params, device) -> KernelFn`` into a family.
 
@@ -244,6 +251,10 @@ def variant_family(
     it. ``sources`` are further objects or source strings to hash: what the
     parse cannot see (a file read by path and never imported, a helper outside
     the package directory).
+
+    ``activation_quant`` declares that the kernels quantize x on the fly (a key of
+    :data:`~matprobe.harness.validate.ACTIVATION_QUANTS`): validation then allows
+    the error derived for that quantization, and only for this family.
     """
 
     grid_params = {key: tuple(values) for key, values in (grid or {}).items()}
@@ -253,6 +264,11 @@ def variant_family(
         raise MatprobeError(
             f"{name}: early_launch_param {early_launch_param!r} is not a grid "
             f"parameter (grid: {', '.join(grid_params) or 'none'})"
+        )
+    if activation_quant is not None and activation_quant not in ACTIVATION_QUANTS:
+        raise MatprobeError(
+            f"{name}: activation_quant {activation_quant!r} is not one the harness "
+            f"derives a tolerance for (known: {', '.join(ACTIVATION_QUANTS)})"
         )
 
     def wrap(build: Builder) -> VariantFamily:
@@ -280,6 +296,7 @@ def variant_family(
             description=description or (inspect.getdoc(build) or "").split("\n")[0],
             source_fingerprint=_family_fingerprint(build, supports, sources),
             early_launch_param=early_launch_param,
+            activation_quant=activation_quant,
         )
 
     return wrap

@@ -15,7 +15,7 @@ import itertools
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -23,9 +23,12 @@ import torch
 from matprobe.errors import MatprobeError
 from matprobe.models import ModelConfig
 from matprobe.token.floor import ByteFloor
+
+if TYPE_CHECKING:
+    from matprobe.token.fused import DecodeKernels
 from matprobe.token.linear import LinearFn, NoMatmul, torch_linear
-from matprobe.token.modes import BASELINE, Mode, ModeSelection
-from matprobe.token.step import DecodeStep, site_specs
+from matprobe.token.modes import BASELINE, PEER_DTYPE, Mode, ModeSelection
+from matprobe.token.step import DecodeStep, FusedOps, site_specs
 from matprobe.token.timing import (
     KernelCount,
     TokenCall,
@@ -73,6 +76,19 @@ def step_call(step: DecodeStep, linear: LinearFn) -> TokenCall:
     def token() -> torch.Tensor:
         return step.forward(linear)
 
+    return _own_code(token)
+
+
+def fused_step_call(step: DecodeStep, fused: FusedOps) -> TokenCall:
+    """``step.forward_fused(fused)``, with a code object of its own (as :func:`step_call`)."""
+
+    def token() -> torch.Tensor:
+        return step.forward_fused(fused)
+
+    return _own_code(token)
+
+
+def _own_code(token: Callable[[], torch.Tensor]) -> TokenCall:
     code = token.__code__
     fresh = code.replace(co_name=f"token_{next(_builds)}")
     return cast(
@@ -148,12 +164,22 @@ class TokenResult:
             raise MatprobeError("the baseline did not run")
         return found
 
-    def share_ratio(self, name: str) -> float | None:
-        """A mode's matmul share over the eager baseline's."""
-        mine, base = self.get(name), self.get(BASELINE)
+    def share_ratio(self, name: str, base_name: str = BASELINE) -> float | None:
+        """A mode's matmul share over the eager baseline's (or ``base_name``'s)."""
+        mine, base = self.get(name), self.get(base_name)
         if mine is None or base is None or mine.share_us is None or not base.share_us:
             return None
         return mine.share_us / base.share_us
+
+    def time_ratio(self, name: str, other: str) -> tuple[float, float, float] | None:
+        """(median, p10, p90) of the per-round ratios of ``name``'s token time to
+        ``other``'s (both timed in the same rounds), or None."""
+        mine, theirs = self.get(name), self.get(other)
+        if mine is None or theirs is None or not mine.timed or not theirs.timed:
+            return None
+        ratios = np.asarray(mine.samples_us) / np.asarray(theirs.samples_us)
+        p10, p50, p90 = np.percentile(ratios, [10, 50, 90])
+        return float(p50), float(p10), float(p90)
 
 
 def device_description(kind: str) -> tuple[str, dict[str, str]]:
@@ -181,7 +207,12 @@ class TokenBench:
 
     ``linears`` supplies the kernels modes other than torch's and none need:
     ``"table"`` (the dispatch table's kernels, eager) and ``"table-op"`` (the
-    same as custom ops, for torch.compile)."""
+    same as custom ops, for torch.compile); the ``triton.gemv_decode`` modes
+    make theirs (``fused`` replaces the eager fused mode's).
+
+    With ``dtype="q8_0"`` the weight matrices are Q8_0 and the peer modes
+    (``f16:…``) run the same model unquantized, in its own bench (:meth:`peer`),
+    validated against its own float64 reference and timed in the same rounds."""
 
     def __init__(
         self,
@@ -195,6 +226,7 @@ class TokenBench:
         linears: Mapping[str, LinearFn] | None = None,
         compiler: Compiler = inductor,
         progress: Callable[[str], None] | None = None,
+        fused: FusedOps | None = None,
     ) -> None:
         if trials < 1:
             raise MatprobeError(f"trials must be at least 1, got {trials}")
@@ -218,6 +250,11 @@ class TokenBench:
             "none-tied": tied,
         }
         self.linears.update(linears or {})
+        self.seed = seed
+        self._decode_kernels: dict[bool, DecodeKernels] = {}
+        #: the eager fused mode's kernels when not triton.gemv_decode's (tests)
+        self.fused = fused
+        self._peer: TokenBench | None = None
         extra = embeddings(config, trials - 1, dtype=dtype, device=device, seed=seed + 1)
         self.inputs = [self.weights.x0.clone(), *extra]
         self.references = self._references()
@@ -242,28 +279,58 @@ class TokenBench:
             self.weights.x0.copy_(self.inputs[0])
         return worst(errors)
 
+    def decode_kernels(self, *, as_op: bool) -> DecodeKernels:
+        """The ``triton.gemv_decode`` kernels over this step's weights (made once)."""
+        if as_op not in self._decode_kernels:
+            from matprobe.token.fused import DecodeKernels
+
+            self._decode_kernels[as_op] = DecodeKernels(self.weights, self.specs, as_op=as_op)
+        return self._decode_kernels[as_op]
+
+    def peer(self) -> TokenBench:
+        """The same model in :data:`~matprobe.token.modes.PEER_DTYPE` (the same
+        draws, unquantized), for a Q8_0 token's peer modes; made once."""
+        if self._peer is None:
+            self._peer = TokenBench(
+                self.config, context=self.context, dtype=PEER_DTYPE, device=self.device,
+                seed=self.seed, trials=self.trials, compiler=self.compiler,
+                progress=self.progress,
+            )  # fmt: skip
+        return self._peer
+
     def build(self, mode: Mode) -> TokenCall:
         """The call that runs ``mode``'s token: its graph on CUDA, else the step."""
+        if mode.peer is not None:
+            return self.peer().build(mode.own)
         kernels = mode.kernels
-        if kernels == "none" and mode.compile is not None:
-            kernels = "none-tied"  # a constant would be folded away with the whole step
-        linear = self.linears.get(kernels)
-        if linear is None:
-            raise MatprobeError(f"no {mode.kernels!r} kernels given for mode {mode.name}")
-        call = step_call(self.step, linear)
+        if mode.fused:
+            as_op = kernels == "fused-op"
+            fused = self.fused if self.fused and not as_op else self.decode_kernels(as_op=as_op)
+            call = fused_step_call(self.step, fused)
+        else:
+            if kernels == "none" and mode.compile is not None:
+                kernels = "none-tied"  # a constant would be folded away with the whole step
+            if kernels == "decode":
+                self.linears.setdefault("decode", self.decode_kernels(as_op=False).linear())
+            linear = self.linears.get(kernels)
+            if linear is None:
+                raise MatprobeError(f"no {mode.kernels!r} kernels given for mode {mode.name}")
+            call = step_call(self.step, linear)
         if mode.compile is not None:
             call = self.compiler(call, mode.compile)
         return prepare(call, self.device)
 
     def _check(self, mode: Mode, tolerance: Tolerance) -> tuple[ModeResult, TokenCall | None]:
-        """Build ``mode``, validate its logits (within ``tolerance``) and count its
-        kernels; the call comes back only when it is to be timed (it passed, or
-        leaves the matmuls out). Any exception costs this mode its row only."""
+        """Build ``mode``, validate its logits (within ``tolerance``; a peer's against
+        its own float64 reference) and count its kernels; the call comes back only
+        when it is to be timed (it passed, or leaves the matmuls out). Any
+        exception costs this mode its row only."""
         result = ModeResult(mode, "ERROR")
         try:
             call = self.build(mode)
             if mode.validated:
-                result.error = self._validate(call)
+                owner = self.peer() if mode.peer is not None else self
+                result.error = owner._validate(call)
                 failure = tolerance.failure(result.error)
                 result.status, result.reason = ("FAIL", failure) if failure else ("PASS", "")
             else:
@@ -287,18 +354,22 @@ class TokenBench:
             raise MatprobeError(f"the modes must start with the baseline, {BASELINE}")
         k_max = max(spec.k or 0 for spec in self.specs.values())
         bound = baseline_bound(self.dtype, self.config.layers, k_max)
-        # Until the baseline has passed, every mode is held to the absolute bound.
-        tolerance = bound
+        # Until a baseline has passed, its modes are held to the absolute bound
+        # (the token's, or its peer's in the peer's dtype).
+        tolerances = {None: bound, PEER_DTYPE: baseline_bound(PEER_DTYPE, self.config.layers,
+                                                              k_max)}  # fmt: skip
         results: list[ModeResult] = []
         calls: dict[str, TokenCall] = {}
         for mode in selection.modes:
-            result, call = self._check(mode, tolerance)
+            result, call = self._check(mode, tolerances[mode.peer])
             results.append(result)
             self.progress(f"{mode.name}: {result.status} {result.reason}".rstrip())
-            if mode.name == BASELINE and result.status == "PASS" and result.error is not None:
-                tolerance = relative_to_baseline(result.error, self.dtype)
+            if mode.own.name == BASELINE and result.status == "PASS" and result.error is not None:
+                dtype = mode.peer or self.dtype
+                tolerances[mode.peer] = relative_to_baseline(result.error, dtype)
             if call is not None:
                 calls[mode.name] = call
+        tolerance = tolerances[None]
         clock = cuda_time_us if self.device == "cuda" else host_time_us
         samples = interleaved_rounds(calls, rounds, clock) if calls else {}
         for result in results:

@@ -6,7 +6,8 @@ The step hands every weight matmul to one function, ``linear(spec, x, w, bias)``
   :func:`~matprobe.models.decode_specs` gives for that site (at the step's context
   and dtype), so a dispatch table finds its kernel by ``spec.key()``;
 * ``x`` is ``[1, k]``; ``w`` is stored as the spec says (tB = 1: ``[n, k]``,
-  tB = 0: ``[k, n]``); ``bias`` is ``[n]`` or None;
+  tB = 0: ``[k, n]``), or is a :class:`~matprobe.token.weights.Q8Matrix`
+  (``[n, k]`` quants and block scales) in a Q8_0 token; ``bias`` is ``[n]`` or None;
 * it returns a *new* ``[1, n]`` tensor in the spec's dtype. The step never
   writes into what it gets back, so a function may also return a buffer of its
   own (the ``none`` mode does).
@@ -22,15 +23,19 @@ import torch
 
 from matprobe.errors import MatprobeError
 from matprobe.spec import MatmulSpec
+from matprobe.token.weights import Matrix, Q8Matrix
 
-LinearFn = Callable[[MatmulSpec, torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+LinearFn = Callable[[MatmulSpec, torch.Tensor, Matrix, "torch.Tensor | None"], torch.Tensor]
 
 
 def torch_linear(
-    spec: MatmulSpec, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
+    spec: MatmulSpec, x: torch.Tensor, w: Matrix, bias: torch.Tensor | None
 ) -> torch.Tensor:
     """The baseline: plain torch ops, as a PyTorch model calls them (cuBLAS on a
-    GPU, the CPU BLAS on the CPU)."""
+    GPU, the CPU BLAS on the CPU). A Q8_0 matrix is dequantized to x's dtype
+    first and then multiplied — what a PyTorch user without a Q8_0 kernel does."""
+    if isinstance(w, Q8Matrix):
+        w = w.dense(x.dtype)
     if spec.tB:
         return torch.nn.functional.linear(x, w, bias)
     if bias is None:
@@ -67,7 +72,7 @@ class NoMatmul:
                 self._buffers[n] = torch.zeros(1, n, dtype=dtype, device=device)
 
     def __call__(
-        self, spec: MatmulSpec, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
+        self, spec: MatmulSpec, x: torch.Tensor, w: Matrix, bias: torch.Tensor | None
     ) -> torch.Tensor:
         buffer = self._buffers.get(spec.n or 0)
         if buffer is None:

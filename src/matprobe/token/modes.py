@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from matprobe.errors import MatprobeError
 
 #: Kernels of the weight matmuls: torch ops (cuBLAS), the dispatch table's kernels
-#: called eagerly, the same as custom ops (for torch.compile), or left out.
-KERNELS: tuple[str, ...] = ("torch", "table", "table-op", "none")
+#: called eagerly, the same as custom ops (for torch.compile), left out, the
+#: ``triton.gemv_decode`` kernel one matmul at a time, or the fused step
+#: (:meth:`~matprobe.token.step.DecodeStep.forward_fused`: norms, SwiGLU and
+#: residual adds folded into that kernel), eagerly or as custom ops.
+KERNELS: tuple[str, ...] = ("torch", "table", "table-op", "none", "decode", "fused", "fused-op")
 
 #: torch.compile's modes as the token names them.
 COMPILE_DEFAULT = "default"
@@ -41,8 +44,30 @@ class Mode:
     def needs_table(self) -> bool:
         return self.kernels in ("table", "table-op")
 
+    @property
+    def needs_triton(self) -> bool:
+        return self.kernels in ("decode", "fused", "fused-op")
+
+    @property
+    def fused(self) -> bool:
+        return self.kernels in ("fused", "fused-op")
+
+    @property
+    def peer(self) -> str | None:
+        """The dtype of a peer mode (``f16:compile``: the same step in fp16 beside a
+        Q8_0 token), None for the token's own."""
+        dtype, sep, _ = self.name.partition(PEER_SEP)
+        return dtype if sep else None
+
+    @property
+    def own(self) -> Mode:
+        """This mode as its own token names it (``f16:compile`` → ``compile``)."""
+        return MODES[self.name.partition(PEER_SEP)[2]] if self.peer else self
+
 
 BASELINE = "eager"
+#: ``f16:compile`` names the peer token's compile mode.
+PEER_SEP = ":"
 
 MODES: dict[str, Mode] = {
     mode.name: mode
@@ -85,6 +110,27 @@ MODES: dict[str, Mode] = {
             "compile-none",
             "torch.compile, the table's kernels as custom ops",
         ),
+        Mode(
+            "eager+decode",
+            "decode",
+            None,
+            "eager-none",
+            "eager, each weight matmul by triton.gemv_decode (nothing folded in)",
+        ),
+        Mode(
+            "fused",
+            "fused",
+            None,
+            "eager-none",
+            "eager, fused kernels: RMSNorm prologue, SwiGLU and residual epilogues",
+        ),
+        Mode(
+            "compile+fused",
+            "fused-op",
+            COMPILE_DEFAULT,
+            "compile-none",
+            "torch.compile, the fused kernels as custom ops",
+        ),
     )
 }
 
@@ -93,6 +139,25 @@ DEFAULT_CUDA_MODES: tuple[str, ...] = tuple(MODES)
 #: On the CPU Inductor compiles C++ for tens of seconds a mode: eager modes only,
 #: unless compiled ones are named.
 DEFAULT_CPU_MODES: tuple[str, ...] = ("eager", "eager-none", "eager+table")
+#: A Q8_0 token's modes on a GPU: dequantize-then-cuBLAS (the baseline), its own
+#: kernels, and its fp16 twin's eager and compiled modes (the peers its targets
+#: are set against). Table modes need dense weights; max-autotune adds nothing
+#: to dequantize-then-matmul but minutes.
+DEFAULT_Q8_CUDA_MODES: tuple[str, ...] = (
+    "eager",
+    "eager-none",
+    "eager+decode",
+    "fused",
+    "compile",
+    "compile-none",
+    "compile+fused",
+    "f16:eager",
+    "f16:eager-none",
+    "f16:compile",
+    "f16:compile-none",
+)
+#: The dtype a Q8_0 token's peers run in.
+PEER_DTYPE = "f16"
 
 
 @dataclass(frozen=True)
@@ -107,34 +172,66 @@ def parse_modes(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     if not names:
         raise MatprobeError("--modes names no mode")
-    unknown = [name for name in names if name not in MODES]
+    unknown = [name for name in names if mode_named(name) is None]
     if unknown:
         raise MatprobeError(
             f"unknown mode{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-            f"known: {', '.join(MODES)}"
+            f"known: {', '.join(MODES)}, and {PEER_DTYPE}{PEER_SEP}eager, "
+            f"{PEER_DTYPE}{PEER_SEP}compile, … beside a q8_0 token"
         )
     return names
 
 
+def mode_named(name: str) -> Mode | None:
+    """The mode called ``name``: one of :data:`MODES`, or a peer's torch/none mode
+    (``f16:compile``); None if there is none."""
+    if name in MODES:
+        return MODES[name]
+    dtype, sep, own = name.partition(PEER_SEP)
+    mode = MODES.get(own)
+    if not sep or dtype != PEER_DTYPE or mode is None or mode.kernels not in ("torch", "none"):
+        return None
+    rest = None if mode.rest is None else f"{dtype}{PEER_SEP}{mode.rest}"
+    return Mode(name, mode.kernels, mode.compile, rest, f"{dtype} peer: {mode.description}")
+
+
 def select_modes(
-    names: Sequence[str] | None, *, device_kind: str, have_table: bool
+    names: Sequence[str] | None,
+    *,
+    device_kind: str,
+    have_table: bool,
+    dtype: str = "f16",
+    have_triton: bool = True,
 ) -> ModeSelection:
-    """The modes to run: ``names`` (default: the device's), the baseline always
-    first (every other mode is validated and compared against it), those that need
-    a dispatch table skipped with the reason when there is none."""
+    """The modes to run: ``names`` (default: the device's and dtype's), the baseline
+    always first (every other mode is validated and compared against it), a peer
+    baseline (``f16:eager``) first of the peers; those that cannot run here
+    skipped with the reason."""
     if names is None:
-        names = DEFAULT_CUDA_MODES if device_kind == "cuda" else DEFAULT_CPU_MODES
+        if device_kind != "cuda":
+            names = DEFAULT_CPU_MODES
+        else:
+            names = DEFAULT_Q8_CUDA_MODES if dtype == "q8_0" else DEFAULT_CUDA_MODES
     names = tuple(dict.fromkeys(names))
     notes: list[str] = []
     if BASELINE not in names:
         notes.append(f"{BASELINE} added: the baseline every mode is validated and compared against")
-    ordered = (BASELINE, *(name for name in names if name != BASELINE))
+    peer_base = f"{PEER_DTYPE}{PEER_SEP}{BASELINE}"
+    own = [name for name in names if name != BASELINE and PEER_SEP not in name]
+    peers = [name for name in names if PEER_SEP in name and name != peer_base]
+    if peers and peer_base not in names:
+        notes.append(f"{peer_base} added: the baseline the peers are validated against")
+    if peers or peer_base in names:
+        peers.insert(0, peer_base)
     run: list[Mode] = []
     skipped: list[tuple[str, str]] = []
-    for name in ordered:
-        mode = MODES[name]
-        if mode.needs_table and not have_table:
-            skipped.append((name, "needs a dispatch table (--table FILE)"))
+    for name in (BASELINE, *own, *peers):
+        mode = mode_named(name)
+        if mode is None:
+            raise MatprobeError(f"unknown mode {name!r}")
+        why = _cannot_run(mode, dtype=dtype, have_table=have_table, have_triton=have_triton)
+        if why is not None:
+            skipped.append((name, why))
             continue
         run.append(mode)
     names_run = {mode.name for mode in run}
@@ -142,3 +239,17 @@ def select_modes(
         if mode.rest is not None and mode.rest not in names_run:
             notes.append(f"{mode.name}: no matmul share without {mode.rest} in the modes")
     return ModeSelection(tuple(run), tuple(skipped), tuple(notes))
+
+
+def _cannot_run(mode: Mode, *, dtype: str, have_table: bool, have_triton: bool) -> str | None:
+    if mode.peer is not None and dtype != "q8_0":
+        return f"a peer runs beside a q8_0 token (this token is {dtype})"
+    if mode.needs_table and dtype == "q8_0":
+        return "a dispatch table's kernels take dense weights, not Q8_0"
+    if mode.needs_table and not have_table:
+        return "needs a dispatch table (--table FILE)"
+    if mode.needs_triton and not have_triton:
+        return "needs triton (pip install matprobe[gpu])"
+    if mode.needs_triton and dtype == "f32":
+        return "triton.gemv_decode takes f16, bf16 and Q8_0 weights"
+    return None

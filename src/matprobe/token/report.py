@@ -143,10 +143,40 @@ def prediction_lines(token: TokenResult, checks: Sequence[PredictionCheck]) -> l
     return lines
 
 
+#: What each mode's whole token is compared with, first present wins: the compiled
+#: cuBLAS token (a Q8_0 token's fp16 peer first), and whose matmul share it is set
+#: against (the eager cuBLAS token's).
+TIME_REFERENCES = ("f16:compile", "compile")
+SHARE_REFERENCES = ("f16:eager", "eager")
+
+
+def comparison_lines(token: TokenResult) -> list[str]:
+    """Each validated mode of the token's own against the compiled cuBLAS token
+    (per-round ratio of whole-token times) and the eager cuBLAS token's matmul share."""
+    names = {r.mode.name for r in token.modes if r.timed}
+    time_ref = next((n for n in TIME_REFERENCES if n in names), None)
+    share_ref = next((n for n in SHARE_REFERENCES if n in names), None)
+    lines = []
+    for r in token.modes:
+        if not r.timed or r.status != "PASS" or r.mode.peer or r.mode.name in (time_ref, share_ref):
+            continue
+        parts = []
+        if time_ref and (ratio := token.time_ratio(r.mode.name, time_ref)):
+            parts.append(f"token {ratio[0]:.3f}× [{ratio[1]:.3f}–{ratio[2]:.3f}] {time_ref}'s time")
+        if share_ref and (share := token.share_ratio(r.mode.name, share_ref)) is not None:
+            parts.append(f"matmul share {share:.3f}× {share_ref}'s")
+        if parts:
+            lines.append(f"  {r.mode.name}: {'; '.join(parts)}")
+    if not lines:
+        return []
+    return ["per-round ratios (median [p10–p90]):", *lines]
+
+
 def render_text(token: TokenResult, checks: Sequence[PredictionCheck] = ()) -> str:
     lines = _header(token)
     lines.append("")
     lines += _table([_row(token, result) for result in token.modes])
+    lines += comparison_lines(token)
     for name, why in token.skipped:
         lines.append(f"skipped {name}: {why}")
     for note in token.notes:
@@ -202,6 +232,7 @@ def to_json(token: TokenResult, checks: Sequence[PredictionCheck] = ()) -> dict[
                 "tokens_per_s": r.tokens_per_s,
                 "share_us": r.share_us,
                 "share_vs_eager": token.share_ratio(r.mode.name),
+                "peer": r.mode.peer,
                 "floor_percent": token.floor.percent(r.median_us),
                 "samples_us": r.samples_us,
                 "share_samples_us": r.share_samples_us,

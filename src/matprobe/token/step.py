@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from typing import Protocol
 
 import torch
 
@@ -35,7 +36,7 @@ from matprobe.errors import MatprobeError
 from matprobe.models import ModelConfig, decode_specs
 from matprobe.spec import MatmulSpec
 from matprobe.token.linear import LinearFn, check_output
-from matprobe.token.weights import TokenWeights
+from matprobe.token.weights import Matrix, TokenWeights
 
 #: RMSNorm epsilon (Qwen2.5's).
 RMS_EPS = 1e-6
@@ -67,6 +68,28 @@ ATTENTION_SITES: tuple[str, ...] = ("attn_qk", "attn_pv")
 
 #: ``region(label)`` marks the ops of one part (a profiler range); None: no marks.
 Region = Callable[[str], AbstractContextManager[object]]
+
+
+class FusedOps(Protocol):
+    """The kernels of :meth:`DecodeStep.forward_fused` (``matprobe.token.fused``).
+    ``layer`` None is the LM head's (no layer); each returns a new ``[1, n]``."""
+
+    def norm_linear(
+        self, site: str, layer: int | None, h: torch.Tensor, gain: torch.Tensor,
+        bias: torch.Tensor | None,
+    ) -> torch.Tensor:  # fmt: skip
+        """RMSNorm(h)·gain times the site's weight, plus the bias."""
+        ...
+
+    def norm_swiglu(self, layer: int, h: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
+        """silu(gate)·up of RMSNorm(h)·gain times the fused gate/up weight."""
+        ...
+
+    def linear_residual(
+        self, site: str, layer: int, x: torch.Tensor, residual: torch.Tensor
+    ) -> torch.Tensor:
+        """x times the site's weight, plus the residual stream."""
+        ...
 
 
 def site_specs(config: ModelConfig, *, context: int, dtype: str) -> dict[str, MatmulSpec]:
@@ -122,18 +145,39 @@ class DecodeStep:
         linear: LinearFn,
         role: str,
         x: torch.Tensor,
-        w: torch.Tensor,
+        w: Matrix,
         bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         spec = self.specs[role]
         return check_output(spec, linear(spec, x, w, bias), self.dtype)
 
-    def forward(self, linear: LinearFn, region: Region | None = None) -> torch.Tensor:
+    def _attend(
+        self, i: int, qkv: torch.Tensor, part: Callable[[str], AbstractContextManager[object]]
+    ) -> torch.Tensor:
+        """Layer ``i``'s attention from its QKV output ``[1, n_qkv]``: RoPE, the KV
+        cache append, grouped scores, softmax, weighted values → ``[1, q_width]``."""
         c, w = self.config, self.weights
-        mark = region or _no_region
         group = c.heads // c.kv_heads
         q_width, kv_width = c.heads * c.head_dim, c.kv_heads * c.head_dim
         pos = self.context - 1  # the new token's slot in the cache
+        with part("rope"):
+            q = self._rope(qkv[0, :q_width].view(c.heads, c.head_dim))
+            k = self._rope(qkv[0, q_width : q_width + kv_width].view(c.kv_heads, c.head_dim))
+            v = qkv[0, q_width + kv_width :].view(c.kv_heads, c.head_dim)
+        with part("kv_append"):
+            w.k_cache[i][:, pos].copy_(k)
+            w.v_cache[i][:, pos].copy_(v)
+        with part("attn_qk"):
+            grouped = q.view(c.kv_heads, group, c.head_dim)
+            scores = torch.matmul(grouped, w.k_cache[i].transpose(1, 2)) * self.scale
+        with part("softmax"):
+            probs = torch.softmax(scores.to(self.acc), dim=-1).to(self.dtype)
+        with part("attn_pv"):
+            return torch.matmul(probs, w.v_cache[i]).reshape(1, q_width)
+
+    def forward(self, linear: LinearFn, region: Region | None = None) -> torch.Tensor:
+        c, w = self.config, self.weights
+        mark = region or _no_region
         h = w.x0
         for i in range(c.layers):
 
@@ -144,20 +188,7 @@ class DecodeStep:
                 x = self._rms_norm(h, w.attn_norm[i])
             with part("qkv"):
                 qkv = self._linear(linear, "qkv", x, w.qkv[i], w.qkv_bias[i])
-            with part("rope"):
-                q = self._rope(qkv[0, :q_width].view(c.heads, c.head_dim))
-                k = self._rope(qkv[0, q_width : q_width + kv_width].view(c.kv_heads, c.head_dim))
-                v = qkv[0, q_width + kv_width :].view(c.kv_heads, c.head_dim)
-            with part("kv_append"):
-                w.k_cache[i][:, pos].copy_(k)
-                w.v_cache[i][:, pos].copy_(v)
-            with part("attn_qk"):
-                grouped = q.view(c.kv_heads, group, c.head_dim)
-                scores = torch.matmul(grouped, w.k_cache[i].transpose(1, 2)) * self.scale
-            with part("softmax"):
-                probs = torch.softmax(scores.to(self.acc), dim=-1).to(self.dtype)
-            with part("attn_pv"):
-                attn = torch.matmul(probs, w.v_cache[i]).reshape(1, q_width)
+            attn = self._attend(i, qkv, part)
             with part("o_proj"):
                 o = self._linear(linear, "o_proj", attn, w.o_proj[i])
             with part("attn_residual"):
@@ -177,3 +208,29 @@ class DecodeStep:
             x = self._rms_norm(h, w.final_norm)
         with mark(region_label(None, "lm_head")):
             return self._linear(linear, "lm_head", x, w.lm_head)
+
+    def forward_fused(self, fused: FusedOps, region: Region | None = None) -> torch.Tensor:
+        """The same step with each matmul's neighbours folded into its kernel, as a
+        fused engine runs it: the RMSNorms into the QKV, gate/up and LM head
+        matmuls (prologue), SiLU·mul into gate/up, the residual adds into o_proj
+        and down (epilogue). Regions: the five weight sites and the attention's
+        parts; the folded parts have none (they are inside the matmuls')."""
+        c, w = self.config, self.weights
+        mark = region or _no_region
+        h = w.x0
+        for i in range(c.layers):
+
+            def part(name: str, i: int = i) -> AbstractContextManager[object]:
+                return mark(region_label(i, name))
+
+            with part("qkv"):
+                qkv = fused.norm_linear("qkv", i, h, w.attn_norm[i], w.qkv_bias[i])
+            attn = self._attend(i, qkv, part)
+            with part("o_proj"):
+                h = fused.linear_residual("o_proj", i, attn, h)
+            with part("gate_up"):
+                act = fused.norm_swiglu(i, h, w.mlp_norm[i])
+            with part("down"):
+                h = fused.linear_residual("down", i, act, h)
+        with mark(region_label(None, "lm_head")):
+            return fused.norm_linear("lm_head", None, h, w.final_norm, None)

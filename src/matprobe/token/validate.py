@@ -42,7 +42,14 @@ from typing import Any
 import torch
 
 #: unit roundoff of the token's dtype (half an ulp at 1.0)
-UNIT_ROUNDOFF: dict[str, float] = {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}
+#: (q8_0: its activations' fp16; the dequantized weights' one rounding each in the
+#: baseline is one more rounding a matmul, within the bound's 8·√(layers + 1))
+UNIT_ROUNDOFF: dict[str, float] = {
+    "f32": 2.0**-24,
+    "f16": 2.0**-11,
+    "bf16": 2.0**-8,
+    "q8_0": 2.0**-11,
+}
 FP32_ROUNDOFF = 2.0**-24
 
 NORM_FACTOR = 2.0

@@ -31,9 +31,13 @@ import torch
 from matprobe.errors import MatprobeError
 from matprobe.harness.inputs import torch_dtype as harness_torch_dtype
 from matprobe.models import ModelConfig
+from matprobe.quant import dequantize_q8_0, quantize_q8_0
+from matprobe.spec import Q8_0_ACTIVATION_DTYPE
 
-#: The dtypes a token runs in (weights and activations alike).
-TOKEN_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16")
+#: The dtypes a token runs in (weights and activations alike; with q8_0 the weight
+#: matrices are Q8_0 and everything else — activations, norms, biases, the KV
+#: cache — fp16, as in the quantized profile's engine).
+TOKEN_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0")
 
 #: RoPE base. Qwen2.5 uses 1e6 (Llama 3: 5e5); the angles change no cost, only
 #: values, so one base serves every config.
@@ -75,6 +79,32 @@ def small_config(
     )
 
 
+@dataclass(frozen=True)
+class Q8Matrix:
+    """A weight matrix in Q8_0's split layout: int8 ``quants`` ``[n, k]`` and fp16
+    block ``scales`` ``[n, k/32]`` (``w = d·q``, :mod:`matprobe.quant`)."""
+
+    quants: torch.Tensor
+    scales: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        n, k = self.quants.shape
+        return n, k
+
+    def dense(self, dtype: torch.dtype) -> torch.Tensor:
+        """``d·q`` in ``dtype``: exact in float64 (the reference), one rounding in
+        fp16 (what dequantize-then-cuBLAS multiplies by)."""
+        return dequantize_q8_0(self.quants, self.scales, dtype)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.quants, self.scales))
+
+
+#: A weight matrix as the step holds it: dense, or Q8_0.
+Matrix = torch.Tensor | Q8Matrix
+
+
 @dataclass
 class TokenWeights:
     """Everything one decode step reads, per layer where the model has one per layer.
@@ -86,15 +116,15 @@ class TokenWeights:
     context). ``cos``/``sin`` are the new position's RoPE tables, ``[head_dim]``.
     """
 
-    qkv: list[torch.Tensor]  # [hidden, (heads + 2·kv_heads)·head_dim]  (tB = 0)
+    qkv: list[Matrix]  # [hidden, (heads + 2·kv_heads)·head_dim] (tB = 0); Q8_0: [n, k]
     qkv_bias: list[torch.Tensor | None]  # [(heads + 2·kv_heads)·head_dim]
-    o_proj: list[torch.Tensor]  # [hidden, heads·head_dim]
-    gate_up: list[torch.Tensor]  # [2·intermediate, hidden]: gate rows, then up rows
-    down: list[torch.Tensor]  # [hidden, intermediate]
+    o_proj: list[Matrix]  # [hidden, heads·head_dim]
+    gate_up: list[Matrix]  # [2·intermediate, hidden]: gate rows, then up rows
+    down: list[Matrix]  # [hidden, intermediate]
     attn_norm: list[torch.Tensor]  # [hidden]
     mlp_norm: list[torch.Tensor]  # [hidden]
     final_norm: torch.Tensor  # [hidden]
-    lm_head: torch.Tensor  # [vocab, hidden]
+    lm_head: Matrix  # [vocab, hidden]
     k_cache: list[torch.Tensor]  # [kv_heads, context, head_dim]
     v_cache: list[torch.Tensor]
     cos: torch.Tensor  # [head_dim]
@@ -105,23 +135,33 @@ class TokenWeights:
         for f in fields(self):
             value = getattr(self, f.name)
             for item in value if isinstance(value, list) else [value]:
-                if item is not None:
+                if isinstance(item, Q8Matrix):
+                    yield item.quants
+                    yield item.scales
+                elif item is not None:
                     yield item
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> TokenWeights:
-        """A copy with ``fn`` applied to every tensor (e.g. upcast to float64)."""
+        """A copy with ``fn`` applied to every tensor (e.g. upcast to float64); a
+        Q8_0 matrix becomes ``fn`` of its exact dense values (float64 ``d·q``)."""
+
+        def apply(item: object) -> object:
+            if item is None:
+                return None
+            if isinstance(item, Q8Matrix):
+                return fn(item.dense(torch.float64))
+            return fn(item)  # type: ignore[arg-type]
+
         changes: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, list):
-                changes[f.name] = [None if t is None else fn(t) for t in value]
-            else:
-                changes[f.name] = fn(value)
+            changes[f.name] = [apply(t) for t in value] if isinstance(value, list) else apply(value)
         return replace(self, **changes)  # type: ignore[arg-type]
 
     def weight_bytes(self) -> int:
-        """Bytes of what a token reads once, whatever the context: weights, biases,
-        norm gains (not the KV cache, not the new token's embedding)."""
+        """Bytes of what a token reads once, whatever the context: weights (Q8_0:
+        quants and scales), biases, norm gains (not the KV cache, not the new
+        token's embedding)."""
         skip = {id(t) for t in (*self.k_cache, *self.v_cache, self.cos, self.sin, self.x0)}
         return sum(t.numel() * t.element_size() for t in self.tensors() if id(t) not in skip)
 
@@ -131,10 +171,16 @@ class TokenWeights:
 
 
 def torch_dtype(dtype: str) -> torch.dtype:
-    """The harness's torch dtype for ``dtype``, or why a token does not run in it."""
+    """The torch dtype of a token's activations in ``dtype`` (fp16 for q8_0), or why
+    a token does not run in it."""
     if dtype not in TOKEN_DTYPES:
         raise MatprobeError(f"a token runs in {', '.join(TOKEN_DTYPES)}, not {dtype!r}")
-    return harness_torch_dtype(dtype)
+    return harness_torch_dtype(activation_dtype_of(dtype))
+
+
+def activation_dtype_of(dtype: str) -> str:
+    """The dtype of everything but the weight matrices (q8_0's is f16)."""
+    return Q8_0_ACTIVATION_DTYPE if dtype == "q8_0" else dtype
 
 
 def rope_tables(head_dim: int, position: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,8 +226,17 @@ def make_weights(
         values = torch.rand(shape, generator=gen, device=device, dtype=torch.float32)
         return ((low + (high - low) * values) * scale).to(target)
 
-    def matrix(n: int, k: int) -> torch.Tensor:  # [n, k], output RMS = input RMS
-        return uniform(n, k, scale=math.sqrt(3.0 / k))
+    quantized = dtype == "q8_0"
+
+    def matrix(n: int, k: int, *, transposed: bool = False) -> Matrix:
+        """[n, k] ([k, n] when ``transposed`` and dense), output RMS = input RMS. The
+        same draws in every dtype: a Q8_0 model is its fp16 twin's weights quantized."""
+        values = torch.rand((n, k), generator=gen, device=device, dtype=torch.float32)
+        drawn = (values * 2 - 1) * math.sqrt(3.0 / k)
+        if quantized:
+            return Q8Matrix(*quantize_q8_0(drawn))
+        dense = drawn.to(target)
+        return dense.T.contiguous() if transposed else dense
 
     def gain() -> torch.Tensor:
         return uniform(c.hidden, scale=1.0, low=0.8, high=1.2)
@@ -190,8 +245,8 @@ def make_weights(
     layers = range(c.layers)
     cos, sin = rope_tables(c.head_dim, context - 1)
     return TokenWeights(
-        # the fused QKV weight as decode_specs stores it: [k, n]
-        qkv=[matrix(n_qkv, c.hidden).T.contiguous() for _ in layers],
+        # the fused QKV weight as decode_specs stores it: [k, n] (Q8_0: [n, k])
+        qkv=[matrix(n_qkv, c.hidden, transposed=True) for _ in layers],
         qkv_bias=[uniform(n_qkv, scale=BIAS_SCALE) if c.qkv_bias else None for _ in layers],
         o_proj=[matrix(c.hidden, c.heads * c.head_dim) for _ in layers],
         gate_up=[matrix(2 * c.intermediate, c.hidden) for _ in layers],

@@ -6,6 +6,10 @@
   their latency overlaps the reduction) plus :func:`store_out`, for any tile
   shape; for one output row (every GEMV) :func:`row_epilogue_terms` and
   :func:`epilogue_store` build the pointers from the batch index and strides.
+* The row-block set-up of a GEMV program (m = 1, W stored ``[batch, rows, k]``):
+  :func:`row_block` — which batch and which BLOCK_N outputs — and
+  :func:`row_ptrs` / :func:`rows_below`, the int64 row pointers of an operand
+  (the quants, the scales, a stacked half).
 * The split-K finish inside one launch: each program of a group adds its fp32
   partial sums, :func:`arrive_last` tells the program that arrived last, and
   :func:`take_sums` hands it the group's total and leaves the workspace zeroed
@@ -133,3 +137,32 @@ def take_sums(ws_ptrs, mask):  # type: ignore[no-untyped-def]
     tl.debug_barrier()
     tl.store(ws_ptrs, tl.zeros_like(total), mask=mask)
     return total
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def row_block(n, BLOCK_N: tl.constexpr):  # type: ignore[no-untyped-def]  # noqa: N803
+    """This program's outputs of a row-blocked GEMV launched on a (cdiv(n, BLOCK_N),
+    batch) grid: ``(pid_b, row0, rows, offs_n, mask_n)`` — the batch index in int64
+    (batch and row bases pass 2**31 elements for a large LM head), the first row,
+    ``arange(BLOCK_N)``, the output indices and which of them are below ``n``."""
+    pid_n = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    row0 = pid_n * BLOCK_N
+    rows = tl.arange(0, BLOCK_N)
+    offs_n = row0 + rows
+    return pid_b, row0, rows, offs_n, offs_n < n
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def row_ptrs(ptr, pid_b, row0, rows, stride_b, stride_n):  # type: ignore[no-untyped-def]
+    """``[BLOCK_N, 1]`` pointers to the starts of rows ``row0 + rows`` of batch
+    ``pid_b`` of an operand stored ``[batch, rows, …]``; the bases in int64."""
+    return ptr + pid_b * stride_b + row0.to(tl.int64) * stride_n + rows[:, None] * stride_n
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def rows_below(ptrs, row0, offset, stride_n):  # type: ignore[no-untyped-def]
+    """``ptrs`` moved ``offset`` rows down, in int64 (the up half of a stacked W:
+    ``offset`` = n0). The offset is made a tensor first: Triton passes an integer
+    argument equal to 1 as a constexpr, which has no ``.to``."""
+    return ptrs + (row0 * 0 + offset).to(tl.int64) * stride_n

@@ -207,11 +207,13 @@ def row_gemv_operands(
     has_bias: bool,
     tb: bool = True,
     weight_dtype: Any = None,
+    out_n: int | None = None,
 ) -> tuple[Any, Any, Any, Any]:
     """(x, W, C₀, bias) of a GEMV (m = 1) with W stored ``[batch, n, k]``
     (``tb``, the default) or ``[batch, k, n]``, each checked against the built
     spec, on the current device: what every GEMV family's ``run`` checks before
-    it launches. ``weight_dtype``: W's own (int8 quants of Q8_0), when not ``dtype``."""
+    it launches. ``weight_dtype``: W's own (int8 quants of Q8_0), when not ``dtype``;
+    ``out_n``: the outputs' width when not n (SwiGLU: half the rows)."""
     if inputs.tb != tb:
         layout = "[batch, n, k] (tb=True)" if tb else "[batch, k, n] (tb=False)"
         raise ValueError(f"{name}: W must be stored {layout}, got tb={inputs.tb}")
@@ -220,15 +222,16 @@ def row_gemv_operands(
     check_tensor(name, x, "A (as [batch, 1, k])", (batch, 1, k), dtype, where)
     w_shape = (batch, n, k) if tb else (batch, k, n)
     check_tensor(name, w, "W", w_shape, dtype if weight_dtype is None else weight_dtype, where)
-    check_tensor(name, out, "out", (batch, 1, n), dtype, where)
+    width = n if out_n is None else out_n
+    check_tensor(name, out, "out", (batch, 1, width), dtype, where)
     c0, bias = epilogue_operands(
         name,
         inputs,
         out,
         has_c0=has_c0,
         has_bias=has_bias,
-        c0_shape=(batch, 1, n),
-        n=n,
+        c0_shape=(batch, 1, width),
+        n=width,
         dtype=dtype,
         where=where,
     )

@@ -21,7 +21,7 @@ Both sum in fp32 and end in the shared epilogue.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import epilogue_store
+from matprobe.variants._triton_blocks import epilogue_store, row_block, row_ptrs
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -57,18 +57,12 @@ def gemv_q8_kernel(  # type: ignore[no-untyped-def]
     NB: tl.constexpr,  # noqa: N803 - BLOCK_K // 32: Q8_0 blocks in a tile
     BLOCKWISE: tl.constexpr = False,  # noqa: N803 - sum each 32-block, then scale it once
 ) -> None:
-    pid_n = tl.program_id(0)
-    # Batch and row-block bases in int64: n · k passes 2**31 for a large LM head.
-    pid_b = tl.program_id(1).to(tl.int64)
-    row0 = pid_n * BLOCK_N
-    rows = tl.arange(0, BLOCK_N)
-    offs_n = row0 + rows
-    mask_n = offs_n < n
+    pid_b, row0, rows, offs_n, mask_n = row_block(n, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
 
     x_base = x_ptr + pid_b * stride_xb
-    q_rows = q_ptr + pid_b * stride_qb + row0.to(tl.int64) * stride_qn + rows[:, None] * stride_qn
-    d_rows = d_ptr + pid_b * stride_db + row0.to(tl.int64) * stride_dn + rows[:, None] * stride_dn
+    q_rows = row_ptrs(q_ptr, pid_b, row0, rows, stride_qb, stride_qn)
+    d_rows = row_ptrs(d_ptr, pid_b, row0, rows, stride_db, stride_dn)
 
     offs_b = tl.arange(0, NB)
     if BLOCKWISE:

@@ -22,7 +22,7 @@ cast once, on store (``_triton_blocks.store_out`` with no C₀ and no bias).
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import store_out
+from matprobe.variants._triton_blocks import row_block, row_ptrs, rows_below, store_out
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -52,20 +52,12 @@ def gemv_swiglu_kernel(  # type: ignore[no-untyped-def]
     EVEN_K: tl.constexpr,  # noqa: N803 - k % BLOCK_K == 0: no K masks
     EVEN_N: tl.constexpr,  # noqa: N803 - n0 % BLOCK_N == 0: no row masks
 ) -> None:
-    pid_n = tl.program_id(0)
-    # Batch and row bases in int64: (n0 + n1) · k may pass 2**31 elements.
-    pid_b = tl.program_id(1).to(tl.int64)
-    row0 = pid_n * BLOCK_N
-    rows = tl.arange(0, BLOCK_N)
-    offs_n = row0 + rows
-    mask_n = offs_n < n0
+    pid_b, row0, rows, offs_n, mask_n = row_block(n0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
 
     x_base = x_ptr + pid_b * stride_xb
-    g_rows = w_ptr + pid_b * stride_wb + row0.to(tl.int64) * stride_wn + rows[:, None] * stride_wn
-    # The up row of output j is row n0 + j of the stacked W (n0 made a tensor
-    # first: Triton passes an integer argument equal to 1 as a constexpr).
-    u_rows = g_rows + (row0 * 0 + n0).to(tl.int64) * stride_wn
+    g_rows = row_ptrs(w_ptr, pid_b, row0, rows, stride_wb, stride_wn)
+    u_rows = rows_below(g_rows, row0, n0, stride_wn)  # the up row of output j: n0 + j
 
     acc_g = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
@@ -110,21 +102,15 @@ def gemv_swiglu_q8_kernel(  # type: ignore[no-untyped-def]
     EVEN_N: tl.constexpr,  # noqa: N803 - n0 % BLOCK_N == 0: no row masks
     NB: tl.constexpr,  # noqa: N803 - BLOCK_K // 32: Q8_0 blocks in a tile
 ) -> None:
-    pid_n = tl.program_id(0)
-    pid_b = tl.program_id(1).to(tl.int64)
-    row0 = pid_n * BLOCK_N
-    rows = tl.arange(0, BLOCK_N)
-    offs_n = row0 + rows
-    mask_n = offs_n < n0
+    pid_b, row0, rows, offs_n, mask_n = row_block(n0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     offs_b = tl.arange(0, NB)
-    up = (row0 * 0 + n0).to(tl.int64)  # the up row of output j is row n0 + j
 
     x_base = x_ptr + pid_b * stride_xb
-    qg_rows = q_ptr + pid_b * stride_qb + row0.to(tl.int64) * stride_qn + rows[:, None] * stride_qn
-    dg_rows = d_ptr + pid_b * stride_db + row0.to(tl.int64) * stride_dn + rows[:, None] * stride_dn
-    qu_rows = qg_rows + up * stride_qn
-    du_rows = dg_rows + up * stride_dn
+    qg_rows = row_ptrs(q_ptr, pid_b, row0, rows, stride_qb, stride_qn)
+    dg_rows = row_ptrs(d_ptr, pid_b, row0, rows, stride_db, stride_dn)
+    qu_rows = rows_below(qg_rows, row0, n0, stride_qn)  # the up row of output j: n0 + j
+    du_rows = rows_below(dg_rows, row0, n0, stride_dn)
 
     acc_g = tl.zeros([BLOCK_N, NB], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_N, NB], dtype=tl.float32)

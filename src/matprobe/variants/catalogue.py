@@ -15,14 +15,17 @@ from types import ModuleType
 
 from matprobe.harness.variants import Registry, VariantFamily
 from matprobe.variants import (
+    gemlite_ref,
     mlx_ref,
     numpy_ref,
     torch_compile,
     torch_ref,
     triton_attention,
+    triton_decode,
     triton_gemm,
     triton_gemv,
     triton_gemv_q8,
+    triton_gemv_q8_int8dot,
     triton_gemv_stream,
     triton_gemv_swiglu,
     triton_gemv_tn,
@@ -35,6 +38,7 @@ MODULES: tuple[ModuleType, ...] = (
     numpy_ref,
     torch_compile,
     mlx_ref,
+    gemlite_ref,
     triton_gemv,
     triton_gemv_stream,
     triton_splitk,
@@ -42,7 +46,9 @@ MODULES: tuple[ModuleType, ...] = (
     triton_attention,
     triton_gemm,
     triton_gemv_q8,
+    triton_gemv_q8_int8dot,
     triton_gemv_swiglu,
+    triton_decode,
 )
 
 #: Their names under ``matprobe.variants`` (``"triton_gemv"``, …).

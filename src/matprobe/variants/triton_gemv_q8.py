@@ -39,7 +39,9 @@ MAX_PER_THREAD = 256
 KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemv_q8_kernels.py")
 
 
-def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
+def q8_gemv_reason(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
+    """Why a row-blocked Q8_0 GEMV (this family's kernel, or another taking its
+    ``bn``/``bk``/``w`` grid and its launch) cannot run ``spec`` at ``params``."""
     if spec.m != 1:
         return "needs m=1 (GEMV)"
     k = spec.k or 0
@@ -59,12 +61,78 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
             f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
             f"per thread, > {MAX_PER_THREAD}: registers would spill (raise w or lower bn)"
         )
-    if (reason := common.flag_reason(params, "blk")) is not None:
-        return reason
     if -(-k // bk) > MAX_UNROLLED_TILES:
         return f"k={k} needs more than {MAX_UNROLLED_TILES} tiles of bk={bk}: raise bk"
     batch, n = spec.batch or 0, spec.n_total or 0
     return interpreter_too_large(device, batch, n, k)
+
+
+def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
+    if (reason := common.flag_reason(params, "blk")) is not None:
+        return reason
+    return q8_gemv_reason(spec, params, device)
+
+
+def q8_gemv_launcher(
+    name: str,
+    kernel: Any,
+    spec: MatmulSpec,
+    params: Mapping[str, Any],
+    device: DeviceInfo,
+    extra: Mapping[str, Any] | None = None,
+) -> KernelFn:
+    """The ``run`` of a row-blocked Q8_0 GEMV ``kernel`` whose arguments are
+    :func:`~matprobe.variants._triton_gemv_q8_kernels.gemv_q8_kernel`'s: a
+    (cdiv(n, bn), batch) grid, the operands checked against the spec (naming the
+    one that is wrong) before each launch. ``extra``: the kernel's own constexprs."""
+    import torch
+
+    from matprobe.harness.inputs import shapes
+
+    common.check_mode(name, kernel, device)
+    dims = shapes(spec)
+    batch, _, n = dims["out"]
+    k = spec.k or 0
+    where = target(device)
+    bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
+    has_c0, has_bias = spec.reads_c0, spec.has_bias
+    launch = kernel[(-(-n // bn), batch)]
+    constants: dict[str, Any] = {
+        "HAS_C0": has_c0,
+        "HAS_BIAS": has_bias,
+        "BLOCK_N": bn,
+        "BLOCK_K": bk,
+        "NB": bk // Q8_0_BLOCK,
+        "K_TILES": -(-k // bk),
+        "EVEN_K": k % bk == 0,
+        "EVEN_N": n % bn == 0,
+        **(extra or {}),
+        "num_warps": warps,
+    }
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        x, q, c0, bias = common.row_gemv_operands(
+            name, inputs, out, batch=batch, n=n, k=k, dtype=torch.float16, where=where,
+            has_c0=has_c0, has_bias=has_bias, weight_dtype=torch.int8,
+        )  # fmt: skip
+        d: Any = inputs.scales
+        common.check_tensor(name, d, "scales", (batch, n, k // Q8_0_BLOCK), torch.float16, where)
+        if q.stride(2) != 1 or d.stride(2) != 1:
+            raise ValueError(f"{name}: quants and scales must be contiguous along K")
+        launch(
+            x, q, d, c0, bias, out,
+            n, k,
+            x.stride(0), x.stride(2),
+            q.stride(0), q.stride(1),
+            d.stride(0), d.stride(1),
+            c0.stride(0), c0.stride(-1),
+            bias.stride(-1),
+            out.stride(0), out.stride(2),
+            float(inputs.alpha), float(inputs.beta),
+            **constants,
+        )  # fmt: skip
+
+    return run
 
 
 @variant_family(
@@ -81,55 +149,10 @@ def GEMV_Q8(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 ) -> KernelFn:
     """Q8_0 GEMV: BLOCK_N rows of int8 W + fp16 block scales per program, dequantized in fp32."""
-    import torch
-
-    from matprobe.harness.inputs import shapes
     from matprobe.variants._triton_gemv_q8_kernels import gemv_q8_kernel
 
-    common.check_mode(NAME, gemv_q8_kernel, device)
-    dims = shapes(spec)
-    batch, _, n = dims["out"]
-    k = spec.k or 0
-    where = target(device)
-    bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
-    has_c0, has_bias = spec.reads_c0, spec.has_bias
-    launch = gemv_q8_kernel[(-(-n // bn), batch)]
-    constants: dict[str, Any] = {
-        "HAS_C0": has_c0,
-        "HAS_BIAS": has_bias,
-        "BLOCK_N": bn,
-        "BLOCK_K": bk,
-        "NB": bk // Q8_0_BLOCK,
-        "K_TILES": -(-k // bk),
-        "EVEN_K": k % bk == 0,
-        "EVEN_N": n % bn == 0,
-        "BLOCKWISE": bool(params.get("blk", 0)),
-        "num_warps": warps,
-    }
-
-    def run(inputs: MatmulInputs, out: Any) -> None:
-        x, q, c0, bias = common.row_gemv_operands(
-            NAME, inputs, out, batch=batch, n=n, k=k, dtype=torch.float16, where=where,
-            has_c0=has_c0, has_bias=has_bias, weight_dtype=torch.int8,
-        )  # fmt: skip
-        d: Any = inputs.scales
-        common.check_tensor(NAME, d, "scales", (batch, n, k // Q8_0_BLOCK), torch.float16, where)
-        if q.stride(2) != 1 or d.stride(2) != 1:
-            raise ValueError(f"{NAME}: quants and scales must be contiguous along K")
-        launch(
-            x, q, d, c0, bias, out,
-            n, k,
-            x.stride(0), x.stride(2),
-            q.stride(0), q.stride(1),
-            d.stride(0), d.stride(1),
-            c0.stride(0), c0.stride(-1),
-            bias.stride(-1),
-            out.stride(0), out.stride(2),
-            float(inputs.alpha), float(inputs.beta),
-            **constants,
-        )  # fmt: skip
-
-    return run
+    blockwise = {"BLOCKWISE": bool(params.get("blk", 0))}
+    return q8_gemv_launcher(NAME, gemv_q8_kernel, spec, params, device, blockwise)
 
 
 FAMILIES: tuple[VariantFamily, ...] = (GEMV_Q8,)

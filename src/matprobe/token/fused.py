@@ -1,0 +1,218 @@
+"""The decode step's matmuls as ``triton.gemv_decode`` kernels: plain (one kernel
+per weight matmul, as a :data:`~matprobe.token.linear.LinearFn`) and fused (the
+RMSNorm prologue, SwiGLU and residual epilogues folded in, for
+:meth:`~matprobe.token.step.DecodeStep.forward_fused`).
+
+Every weight is read as rows ``[n, k]``: the fp16 QKV weight, which the step
+stores ``[k, n]`` as the profiled engine does, is transposed once here (a copy
+made before any timing, the layout a fused engine keeps). Q8_0 weights are
+already rows (quants and block scales).
+
+``as_op=True`` calls the kernel through ``torch.ops.matprobe.decode_gemv``
+(``torch.library``), so a ``torch.compile``d step keeps it in one graph and
+Inductor fuses the remaining elementwise work (RoPE, the KV append, softmax)
+around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from matprobe.errors import MatprobeError
+from matprobe.spec import MatmulSpec
+from matprobe.token.linear import LinearFn
+from matprobe.token.step import RMS_EPS
+from matprobe.token.weights import Matrix, Q8Matrix, TokenWeights
+from matprobe.variants.triton_decode import DecodeTile, decode_gemv
+
+#: K in tiles of 1024 (one tile covers hidden = 896; down's 4864 is five), four
+#: warps — the shape of the winning GEMVs on an H100 (BENCHMARKS.md).
+TILE_K = 1024
+WARPS = 4
+#: Programs to aim for: two per SM of an H100 at least, so the weight stream
+#: keeps every SM busy; bn is the largest of 4, 2, 1 that still gives as many.
+MIN_PROGRAMS = 264
+
+
+def default_tile(n: int, k: int) -> DecodeTile:
+    """The tile for ``n`` outputs of ``k``-long rows: as many rows a program as keeps
+    ≥ MIN_PROGRAMS (4 when n is below even that), K tiles of TILE_K (no wider than
+    k needs: a small model's)."""
+    bn = next((bn for bn in (4, 2) if n // bn >= MIN_PROGRAMS), 1)
+    if n < MIN_PROGRAMS:
+        bn = 4  # a model too small to fill a GPU either way: fewer, fuller programs
+    bk = min(TILE_K, max(32, 1 << (k - 1).bit_length()))
+    return DecodeTile(bn, bk, WARPS)
+
+
+def _as_rows(w: Matrix, stored_kn: bool) -> Matrix:
+    return w.T.contiguous() if stored_kn and isinstance(w, torch.Tensor) else w
+
+
+class DecodeKernels:
+    """The step's weights as rows and the kernel calls over them."""
+
+    def __init__(
+        self,
+        weights: TokenWeights,
+        specs: Mapping[str, MatmulSpec],
+        *,
+        as_op: bool = False,
+        tiles: Mapping[str, DecodeTile] | None = None,
+    ) -> None:
+        qkv_kn = not specs["qkv"].tB
+        self.weights = weights
+        self.specs = dict(specs)
+        self.as_op = as_op
+        self.rows: dict[str, list[Matrix]] = {
+            "qkv": [_as_rows(w, qkv_kn) for w in weights.qkv],
+            "o_proj": list(weights.o_proj),
+            "gate_up": list(weights.gate_up),
+            "down": list(weights.down),
+            "lm_head": [weights.lm_head],
+        }
+        # The plain LinearFn is handed the step's own weights: find their rows.
+        self._rows_of = {
+            id(stored): rows
+            for site, stored_list in (
+                ("qkv", weights.qkv),
+                ("o_proj", weights.o_proj),
+                ("gate_up", weights.gate_up),
+                ("down", weights.down),
+                ("lm_head", [weights.lm_head]),
+            )
+            for stored, rows in zip(stored_list, self.rows[site], strict=True)
+        }
+        self.tiles = {
+            site: default_tile(self._outputs(site), self.specs[site].k or 0) for site in self.rows
+        }
+        self.tiles.update(tiles or {})
+        if as_op:
+            define_op()
+
+    def _outputs(self, site: str) -> int:
+        n = self.specs[site].n_total or 0
+        return n // 2 if site == "gate_up" else n
+
+    def _gemv(
+        self,
+        site: str,
+        x: torch.Tensor,
+        w: Matrix,
+        *,
+        gain: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        c0: torch.Tensor | None = None,
+        swiglu: bool = False,
+    ) -> torch.Tensor:
+        tile = self.tiles[site]
+        q, scales = (w.quants, w.scales) if isinstance(w, Q8Matrix) else (w, None)
+        if self.as_op:
+            y: torch.Tensor = torch.ops.matprobe.decode_gemv(
+                x, q, scales, gain, bias, c0, swiglu, tile.bn, tile.bk, tile.warps, RMS_EPS
+            )
+            return y
+        return decode_gemv(
+            x, q, tile=tile, scales=scales, gain=gain, eps=RMS_EPS, bias=bias, c0=c0,
+            swiglu=swiglu,
+        )  # fmt: skip
+
+    def _layer_rows(self, site: str, layer: int | None) -> Matrix:
+        return self.rows[site][0 if layer is None else layer]
+
+    # ---- FusedOps (DecodeStep.forward_fused) ----------------------------------------
+
+    def norm_linear(
+        self,
+        site: str,
+        layer: int | None,
+        h: torch.Tensor,
+        gain: torch.Tensor,
+        bias: torch.Tensor | None,
+    ) -> torch.Tensor:
+        return self._gemv(site, h, self._layer_rows(site, layer), gain=gain, bias=bias)
+
+    def norm_swiglu(self, layer: int, h: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
+        return self._gemv("gate_up", h, self._layer_rows("gate_up", layer), gain=gain, swiglu=True)
+
+    def linear_residual(
+        self, site: str, layer: int, x: torch.Tensor, residual: torch.Tensor
+    ) -> torch.Tensor:
+        return self._gemv(site, x, self._layer_rows(site, layer), c0=residual)
+
+    # ---- the plain LinearFn ------------------------------------------------------------
+
+    def linear(self) -> LinearFn:
+        """One kernel per weight matmul, nothing folded in: the step's ``forward``
+        with this is eager PyTorch with its matmuls swapped, so its matmul share
+        is the kernels' alone."""
+        site_of = {spec.key(): site for site, spec in self.specs.items()}
+
+        def run(
+            spec: MatmulSpec, x: torch.Tensor, w: Matrix, bias: torch.Tensor | None
+        ) -> torch.Tensor:
+            rows = self._rows_of.get(id(w))
+            site = site_of.get(spec.key())
+            if rows is None or site is None:
+                raise MatprobeError(f"{spec.key()}: not one of the step's weights")
+            return self._gemv(site, x, rows, bias=bias)
+
+        return run
+
+
+# ---- torch.library: the kernel inside torch.compile ------------------------------------
+
+_OP_DEFINED = False
+
+
+def define_op() -> None:
+    """``matprobe::decode_gemv(...) -> Tensor``, defined once a process."""
+    global _OP_DEFINED
+    if _OP_DEFINED:
+        return
+
+    @torch.library.custom_op(
+        "matprobe::decode_gemv",
+        mutates_args=(),
+        schema="(Tensor x, Tensor w, Tensor? scales, Tensor? gain, Tensor? bias, Tensor? c0, "
+        "bool swiglu, int bn, int bk, int warps, float eps) -> Tensor",
+    )
+    def decode_gemv_op(
+        x: torch.Tensor,
+        w: torch.Tensor,
+        scales: torch.Tensor | None,
+        gain: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        c0: torch.Tensor | None,
+        swiglu: bool,
+        bn: int,
+        bk: int,
+        warps: int,
+        eps: float,
+    ) -> torch.Tensor:
+        # A fresh output every call (never an input's alias, as custom ops require).
+        return decode_gemv(
+            x, w, tile=DecodeTile(bn, bk, warps), scales=scales, gain=gain, eps=eps,
+            bias=bias, c0=c0, swiglu=swiglu,
+        )  # fmt: skip
+
+    @decode_gemv_op.register_fake
+    def _(
+        x: torch.Tensor,
+        w: torch.Tensor,
+        scales: torch.Tensor | None,
+        gain: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        c0: torch.Tensor | None,
+        swiglu: bool,
+        bn: int,
+        bk: int,
+        warps: int,
+        eps: float,
+    ) -> torch.Tensor:
+        rows = w.shape[0]
+        return x.new_empty((1, rows // 2 if swiglu else rows))
+
+    _OP_DEFINED = True

@@ -1,0 +1,168 @@
+"""The fused decode step and the Q8_0 token: ``forward_fused`` computes the same
+step as ``forward`` (a float64 fused implementation matches it, and fused
+kernels that drop a norm, a residual or swap gate and up fail validation), the
+real ``triton.gemv_decode`` kernels pass in f16 and Q8_0 (interpreter), and a
+Q8_0 token's fp16 peers run beside it, each validated against its own float64
+reference."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the token needs torch (the CPU build is enough)")
+
+from conftest import interpreting  # noqa: E402
+from matprobe.errors import MatprobeError  # noqa: E402
+from matprobe.models import ModelConfig  # noqa: E402
+from matprobe.token.bench import TokenBench, TokenResult  # noqa: E402
+from matprobe.token.modes import mode_named, parse_modes, select_modes  # noqa: E402
+from matprobe.token.report import render_text  # noqa: E402
+from matprobe.token.step import RMS_EPS, DecodeStep, site_specs  # noqa: E402
+from matprobe.token.weights import Q8Matrix, make_weights, small_config  # noqa: E402
+
+CONTEXT = 9
+#: Q8_0 needs hidden and intermediate in blocks of 32; odd heads and vocab.
+Q8_CONFIG = small_config(layers=2, hidden=64, intermediate=96, heads=6, kv_heads=2,
+                         head_dim=16, vocab=83)  # fmt: skip
+#: The real kernels run in the interpreter: one layer, still ragged.
+TINY = small_config(layers=1, hidden=64, intermediate=96, heads=2, kv_heads=1, head_dim=16,
+                    vocab=50)  # fmt: skip
+
+
+def bench(config: ModelConfig, dtype: str = "f16", **kwargs: Any) -> TokenBench:
+    return TokenBench(config, context=CONTEXT, dtype=dtype, device="cpu", **kwargs)
+
+
+def run_modes(b: TokenBench, *names: str, rounds: int = 2) -> TokenResult:
+    selection = select_modes(names, device_kind="cpu", have_table=False, dtype=b.dtype)
+    return b.run(selection, rounds=rounds)
+
+
+class TorchFused:
+    """The fused ops in plain torch, each rounding once (as a fused kernel does):
+    honest unless told to cheat."""
+
+    def __init__(self, step: DecodeStep, cheat: str = "") -> None:
+        self.step, self.cheat = step, cheat
+        w = step.weights
+        qkv = [m if step.specs["qkv"].tB else m.T for m in w.qkv]
+        self.rows: dict[str, list[Any]] = {
+            "qkv": qkv, "o_proj": w.o_proj, "gate_up": w.gate_up, "down": w.down,
+            "lm_head": [w.lm_head],
+        }  # fmt: skip
+
+    def _w(self, site: str, layer: int | None) -> Any:
+        m = self.rows[site][0 if layer is None else layer]
+        return (m.dense(torch.float64) if isinstance(m, Q8Matrix) else m).double()
+
+    def _normed(self, h: Any, gain: Any) -> Any:
+        x = h.double()
+        if self.cheat != "skips the norm's scale":
+            x = x / torch.sqrt(x.pow(2).mean() + RMS_EPS)
+        return x * gain.double()
+
+    def norm_linear(self, site: str, layer: int | None, h: Any, gain: Any, bias: Any) -> Any:
+        y = self._normed(h, gain) @ self._w(site, layer).T
+        return (y if bias is None else y + bias.double()).to(h.dtype)
+
+    def norm_swiglu(self, layer: int, h: Any, gain: Any) -> Any:
+        both = self._normed(h, gain) @ self._w("gate_up", layer).T
+        gate, up = both.chunk(2, dim=-1)
+        if self.cheat == "swaps gate and up":
+            gate, up = up, gate
+        return (torch.nn.functional.silu(gate) * up).to(h.dtype)
+
+    def linear_residual(self, site: str, layer: int, x: Any, residual: Any) -> Any:
+        y = x.double() @ self._w(site, layer).T
+        if not (self.cheat == "drops one residual" and site == "down" and layer == 0):
+            y = y + residual.double()
+        return y.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "q8_0"])
+def test_the_fused_step_computes_the_step(dtype: str) -> None:
+    b = bench(Q8_CONFIG, dtype)
+    b.fused = TorchFused(b.step)
+    result = run_modes(b, "fused")
+    row = result.get("fused")
+    assert row is not None and row.status == "PASS", row and row.reason
+    assert row.error is not None and result.baseline.error is not None
+    # rounding once a matmul, it is no less exact than the eager baseline
+    assert row.error.norm_rel <= 1.5 * result.baseline.error.norm_rel
+
+
+@pytest.mark.parametrize("cheat", ["skips the norm's scale", "drops one residual",
+                                   "swaps gate and up"])  # fmt: skip
+def test_fused_kernels_that_cheat_fail(cheat: str) -> None:
+    b = bench(Q8_CONFIG, "f16")
+    b.fused = TorchFused(b.step, cheat)
+    row = run_modes(b, "fused").get("fused")
+    assert row is not None and row.status == "FAIL" and not row.timed, (cheat, row and row.reason)
+
+
+def test_q8_weights_are_the_fp16_models_draws_quantized() -> None:
+    q8 = make_weights(Q8_CONFIG, context=CONTEXT, dtype="q8_0")
+    f16 = make_weights(Q8_CONFIG, context=CONTEXT, dtype="f16")
+    assert isinstance(q8.qkv[0], Q8Matrix) and isinstance(q8.lm_head, Q8Matrix)
+    # Q8_0 stores every matrix [n, k]; the fp16 QKV weight is [k, n] (the engine's)
+    assert q8.qkv[0].shape == tuple(f16.qkv[0].T.shape)
+    assert site_specs(Q8_CONFIG, context=CONTEXT, dtype="q8_0")["qkv"].tB
+    dense, want = q8.down[1].dense(torch.float64), f16.down[1].double()
+    step = dense.abs().amax() / 127
+    assert float((dense - want).abs().max()) <= float(step)  # half a quant + fp16 rounding
+    assert q8.attn_norm[0].dtype == torch.float16 and torch.equal(q8.x0, f16.x0)
+    assert q8.weight_bytes() < 0.6 * f16.weight_bytes()
+
+
+def test_a_q8_token_runs_beside_its_fp16_peers() -> None:
+    b = bench(Q8_CONFIG, "q8_0")
+    result = run_modes(b, "eager", "eager-none", "f16:eager-none")
+    names = [r.mode.name for r in result.modes]
+    assert names == ["eager", "eager-none", "f16:eager", "f16:eager-none"]
+    peer = result.get("f16:eager")
+    assert peer is not None and peer.status == "PASS" and peer.timed
+    assert result.baseline.status == "PASS"
+    # each against its own float64 reference: the two models' logits differ
+    assert not torch.allclose(b.references[0], b.peer().references[0])
+    assert len(result.baseline.samples_us) == len(peer.samples_us) == 2
+    text = render_text(result)
+    assert "f16:eager's" in text and "f16:eager added" in "\n".join(result.notes)
+
+
+def test_mode_selection_knows_peers_and_what_q8_cannot_run() -> None:
+    f16 = select_modes(["f16:compile"], device_kind="cuda", have_table=True, dtype="f16")
+    assert ("f16:compile", "a peer runs beside a q8_0 token (this token is f16)") in f16.skipped
+    q8 = select_modes(["eager+table", "fused"], device_kind="cuda", have_table=True,
+                      dtype="q8_0")  # fmt: skip
+    assert [m.name for m in q8.modes] == ["eager", "fused"]
+    assert "dense weights" in dict(q8.skipped)["eager+table"]
+    default = select_modes(None, device_kind="cuda", have_table=False, dtype="q8_0")
+    assert "f16:compile" in [m.name for m in default.modes] and not default.skipped
+    no_triton = select_modes(["fused"], device_kind="cuda", have_table=False, have_triton=False)
+    assert "needs triton" in dict(no_triton.skipped)["fused"]
+    assert mode_named("f16:compile") is not None and mode_named("f16:eager+table") is None
+    assert mode_named("bf16:eager") is None
+    with pytest.raises(MatprobeError, match="unknown mode 'f16:fused'"):
+        parse_modes("eager,f16:fused")
+
+
+def test_fused_and_modes_together_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from matprobe.cli import main
+
+    code = main(["token", "--small", "--fused", "--modes", "eager"], out=io.StringIO())
+    assert code == 2
+    assert "--fused or --modes" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not interpreting(), reason="the kernels run here in the Triton interpreter")
+@pytest.mark.parametrize("dtype", ["f16", "q8_0"])
+def test_the_decode_kernels_pass_plain_and_fused(dtype: str) -> None:
+    pytest.importorskip("triton")
+    b = bench(TINY, dtype, trials=1)
+    result = run_modes(b, "eager+decode", "fused", rounds=1)
+    for name in ("eager+decode", "fused"):
+        row = result.get(name)
+        assert row is not None and row.status == "PASS", (name, row and row.reason)
