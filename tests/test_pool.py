@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 import fake_variants  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
+from matprobe.harness import pool as pool_mod  # noqa: E402
 from matprobe.harness import runner as runner_mod  # noqa: E402
 from matprobe.harness.device import DeviceInfo  # noqa: E402
 from matprobe.harness.measure import PairContext, measure_pair_safely  # noqa: E402
@@ -160,3 +161,81 @@ def test_gpus_on_a_machine_without_them_is_a_usage_error(
     code = main(["run", "--gpus", "0,1", "--db", "/nonexistent/x.sqlite"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--gpus 0,1" in err, err
+
+
+class CountingWorker(pool_mod.Worker):
+    """The pool's Worker, remembered: which processes each slot started."""
+
+    made: ClassVar[list[CountingWorker]] = []
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        CountingWorker.made.append(self)
+
+
+@pytest.fixture
+def counting_workers(monkeypatch: pytest.MonkeyPatch) -> list[CountingWorker]:
+    CountingWorker.made = []
+    monkeypatch.setattr(pool_mod, "Worker", CountingWorker)
+    return CountingWorker.made
+
+
+def test_each_slot_keeps_one_worker_process_across_its_items(
+    tmp_path: Path, counting_workers: list[CountingWorker]
+) -> None:
+    """Four families (four work items) on two slots: two worker processes in all,
+    so at least one slot measured several items in the process it started first."""
+    variants = [
+        REGISTRY.family(name).variants()[0]
+        for name in ("fake.exact", "cheat.zeros", "fake.slow", "fake.broken")
+    ]
+    handed: list[int] = []
+    with ResultStore(tmp_path / "s.db") as store:
+        plan = make_plan([spec(5)], variants, CPU, FAST, store)
+        run_id = store.start_run("t", {})
+        real_claim = store.claim
+
+        def claim(keys: Any, run: int) -> Any:
+            handed.append(len(keys))
+            return real_claim(keys, run)
+
+        store.claim = claim  # type: ignore[method-assign]
+        execute(
+            plan, store, CPU, FAST, run_id=run_id, factory="fake_variants:registry", slots=SLOTS[:2]
+        )
+        statuses = sorted(r.status.value for r in store.results(run_id=run_id))
+    assert statuses == ["error", "fail", "pass", "pass"]
+    assert len(handed) == 4, handed  # four items handed out …
+    assert len(counting_workers) == 2  # … to two slots, each with its Worker …
+    pids = [pid for worker in counting_workers for pid in worker.pids]
+    assert len(pids) == len(set(pids)) == 2  # … which started one process each
+
+
+def test_a_crash_mid_item_costs_its_pair_and_the_item_goes_on_in_a_fresh_process(
+    counting_workers: list[CountingWorker],
+) -> None:
+    """One slot, three items; the second item's second pair kills its process: that
+    pair is a CRASH row, the rest of the item and the next item run in one fresh
+    process (two processes in all, not one per item)."""
+    flaky = REGISTRY.family("fake.flaky")
+    ok, segv = Variant(flaky, (("mode", "ok"),)), Variant(flaky, (("mode", "segv"),))
+    plan = [[ok, ok], [ok, segv, ok, ok], [ok]]
+    numbered = iter(range(100))
+    items = iter([[Task(next(numbered), spec(5 + i), v) for i, v in enumerate(vs)] for vs in plan])
+    results: dict[int, Any] = {}
+    run_on_slots(
+        lambda: next(items, None),
+        SLOTS[:1],
+        on_start=lambda task: None,
+        on_result=lambda task, result, slot: results.setdefault(task.index, result),
+        factory="fake_variants:registry",
+        policy=FAST,
+        run_id=None,
+        timeout_s=60,
+    )
+    assert sorted(results) == list(range(7))  # every pair, once
+    crashed = [i for i, r in results.items() if r.status is Status.ERROR]
+    assert crashed == [3] and results[3].error_kind is ErrorKind.CRASH, results[3].reason
+    assert all(r.status is Status.PASS for i, r in results.items() if i != 3)
+    (worker,) = counting_workers
+    assert len(worker.pids) == 2, worker.pids  # the first, and the one after the crash

@@ -293,6 +293,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             timeout_s=args.timeout,
             command=" ".join(["matprobe", *sys.argv[1:]]),
             gpus=args.gpus,
+            ray=args.ray,
         )
     )
     if args.dry_run:
@@ -573,11 +574,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: cuda if present; mps: Apple silicon through PyTorch's MPS backend "
         "(the torch.matmul baseline and families that declare mps)",
     )
-    p.add_argument(
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
         "--gpus",
         metavar="all|0,1,…",
         help="measure on these CUDA cards in parallel, one worker per card (a candidate and "
         "its baseline on the same card); every result goes to the one store",
+    )
+    where.add_argument(
+        "--ray",
+        metavar="ADDRESS|auto",
+        help="measure on the cards of a Ray cluster ('auto': the one this machine belongs "
+        "to), one pair per Ray task; this process plans and stores (needs matprobe[ray])",
     )
     p.add_argument("--manifest", metavar="FILE", help="replace the default manifest")
     p.add_argument("--force", action="store_true", help="re-run pairs that are cached")

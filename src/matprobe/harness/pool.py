@@ -5,12 +5,15 @@ A *slot* is one place a worker process measures — a CUDA card (its
 a CPU slot. :func:`run_on_slots` hands out *work items* (a chunk of one
 family's tasks; a candidate and its baseline are one task, so they are always
 measured on the same card, interleaved) to whichever slot is free. Each slot is
-a thread in the parent that drives one worker process at a time through the
-ordinary runner (:func:`~matprobe.harness.worker.run_tasks`), so a crash or a
-hang still costs only its pair. The threads never touch the store: every
-event comes back to the calling thread, which asks for work and stores
-results — the store stays the single writer it was (an SQLite connection
-belongs to one thread).
+a thread in the parent that owns one long-lived worker process
+(:class:`~matprobe.harness.worker.Worker`, pinned to its card) and feeds it one
+item after another: torch, the CUDA context and the families are set up once
+per card, not once per item (~8 s each on a GPU host). A crash or a hang still
+costs only its pair: the worker records it, starts a fresh process and goes on
+with the rest of the item. The threads never touch the store: every event
+comes back to the calling thread, which asks for work and stores results —
+the store stays the single writer it was (an SQLite connection belongs to one
+thread).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.results import PairResult
-from matprobe.harness.worker import Task, run_tasks
+from matprobe.harness.worker import OnResult, OnStart, Task, Worker, run_tasks
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,36 @@ def with_card(result: PairResult, slot: DeviceSlot) -> PairResult:
 
 NextItem = Callable[[], Sequence[Task] | None]
 OnResultAt = Callable[[Task, PairResult, DeviceSlot], None]
+#: Measures one work item on a slot: ``(tasks, on_start, on_result, cancel)``.
+ItemRunner = Callable[[Sequence[Task], OnStart, OnResult, threading.Event], None]
+
+
+def slot_runner(
+    runner: Callable[..., None], slot: DeviceSlot, options: dict[str, Any]
+) -> tuple[ItemRunner, Callable[[], None]]:
+    """How a slot measures its items, and what it does when it has no more.
+
+    The ordinary runner (:func:`~matprobe.harness.worker.run_tasks`, which starts
+    a process per call) becomes one :class:`Worker` the slot keeps for the whole
+    run; any other runner (tests, a custom one) is called once per item."""
+    if runner is run_tasks:
+        worker = Worker(device=slot.device, **options)
+
+        def on_worker(
+            tasks: Sequence[Task], start: OnStart, result: OnResult, cancel: threading.Event
+        ) -> None:
+            worker.run(tasks, on_start=start, on_result=result, cancel=cancel)
+
+        return on_worker, worker.close
+
+    def per_item(
+        tasks: Sequence[Task], start: OnStart, result: OnResult, cancel: threading.Event
+    ) -> None:
+        runner(
+            tasks, device=slot.device, on_start=start, on_result=result, cancel=cancel, **options
+        )
+
+    return per_item, lambda: None
 
 
 def run_on_slots(
@@ -104,8 +137,10 @@ def run_on_slots(
     """Run work items on ``slots`` in parallel until ``next_item`` gives None.
 
     ``next_item``, ``on_start`` and ``on_result`` are called in this thread only.
-    ``runner`` is called as ``runner(tasks, device=slot.device, on_start=…,
-    on_result=…, cancel=threading.Event, **runner_options)`` in the slot's thread.
+    With the default ``runner`` each slot keeps one worker process for the whole
+    run (:func:`slot_runner`); another ``runner`` is called as ``runner(tasks,
+    device=slot.device, on_start=…, on_result=…, cancel=threading.Event,
+    **runner_options)`` in the slot's thread, once per item.
     On Ctrl-C the slots are cancelled, what already arrived is still handed to
     ``on_result``, and KeyboardInterrupt is raised again; an exception in a slot's
     runner stops the handing out of work and is raised once the others have finished."""
@@ -116,23 +151,25 @@ def run_on_slots(
     cancel = threading.Event()
 
     def serve(number: int, slot: DeviceSlot) -> None:
-        while True:
-            item = inboxes[number].get()
-            if item is None:
-                break
-            try:
-                runner(
-                    item,
-                    device=slot.device,
-                    on_start=lambda task: events.put(("start", number, task)),
-                    on_result=lambda task, result: events.put(("result", number, task, result)),
-                    cancel=cancel,
-                    **runner_options,
-                )
-            except BaseException as exc:  # reported to the caller's thread
-                events.put(("failed", number, exc))
-            events.put(("idle", number))
-        events.put(("stopped", number))
+        measure, close = slot_runner(runner, slot, runner_options)
+        try:
+            while True:
+                item = inboxes[number].get()
+                if item is None:
+                    break
+                try:
+                    measure(
+                        item,
+                        lambda task: events.put(("start", number, task)),
+                        lambda task, result: events.put(("result", number, task, result)),
+                        cancel,
+                    )
+                except BaseException as exc:  # reported to the caller's thread
+                    events.put(("failed", number, exc))
+                events.put(("idle", number))
+        finally:
+            close()
+            events.put(("stopped", number))
 
     threads = [
         threading.Thread(target=serve, args=(n, slot), name=f"matprobe-{slot.label}", daemon=True)

@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.results import PairResult, Status
@@ -39,6 +39,7 @@ from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
     from matprobe.harness.pool import DeviceSlot
+    from matprobe.harness.ray_pool import RayCluster
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -202,13 +203,16 @@ class RunOutcome:
     shared: int = 0
     interrupted: bool = False
     seconds: float = 0.0
+    #: rows measured on another card type than the plan's (a mixed Ray cluster), by
+    #: device fingerprint: stored under their device, kept out of this run's results
+    elsewhere: Counter[str] = field(default_factory=Counter)
 
 
 #: How often a run waiting for pairs another run holds looks at the store (s).
 CLAIM_POLL_S = 0.5
 #: Fewest pairs of one family claimed (and handed to a worker) at a time when
 #: several cards share the run; a family is otherwise split evenly over the cards,
-#: one work item each (every item starts a worker process).
+#: one work item each (each card's worker process measures its items one after another).
 CLAIM_CHUNK = 8
 #: The same on one card: None, a whole family — each work item starts a worker
 #: process (torch, CUDA context, kernels: ~8 s on an H100 host), so one card
@@ -248,6 +252,7 @@ def execute(
     runner: Callable[..., None] = run_tasks,
     baselines: Mapping[str, Variant | None] | None = None,
     slots: Sequence[DeviceSlot] | None = None,
+    ray: RayCluster | None = None,
 ) -> RunOutcome:
     """Run the plan's ``run`` pairs; returns with what finished even on Ctrl-C.
 
@@ -258,7 +263,8 @@ def execute(
 
     ``slots`` (several: every GPU of a host) measure work items in parallel, one
     worker process per slot, each result noted with the card that measured it;
-    the slots must share ``device``'s fingerprint (the plan's keys hold it)."""
+    the slots must share ``device``'s fingerprint (the plan's keys hold it).
+    ``ray`` measures them on a Ray cluster instead (:mod:`~matprobe.harness.ray_pool`)."""
     outcome = RunOutcome(run_id=run_id, plan=plan)
     started = time.monotonic()
     for pair in plan.of(PairState.CACHED):
@@ -285,7 +291,10 @@ def execute(
 
     def on_result(task: Task, result: PairResult) -> None:
         store.put(result)
-        outcome.results[(task.spec.key(), task.variant.id)] = result
+        if result.device == device.fingerprint:
+            outcome.results[(task.spec.key(), task.variant.id)] = result
+        else:  # never ranked with the plan's card type
+            outcome.elsewhere[result.device] += 1
         outcome.fresh += 1
         if progress is not None:
             progress.advance()
@@ -293,7 +302,7 @@ def execute(
     def work() -> Iterator[list[Task]]:
         """One family's tasks at a time, claimed just before they are handed out."""
         waiting: list[tuple[int, PlannedPair]] = []
-        cards = len(slots) if slots else 1
+        cards = ray.capacity if ray is not None else len(slots) if slots else 1
         size = CLAIM_CHUNK if cards > 1 else SOLO_CLAIM_CHUNK
         for chunk in _chunks(to_run, size, cards):
             mine = store.claim([p.key for _, p in chunk if p.key is not None], run_id)
@@ -319,7 +328,7 @@ def execute(
             if waiting and not taken:
                 time.sleep(CLAIM_POLL_S)
 
-    options = {
+    options: dict[str, Any] = {
         "factory": factory,
         "plugins": tuple(plugins),
         "policy": policy,
@@ -327,7 +336,14 @@ def execute(
         "timeout_s": timeout_s,
     }
     try:
-        if slots is not None and len(slots) > 1:
+        if ray is not None:
+            from matprobe.harness.ray_pool import run_on_ray
+
+            items = work()
+            run_on_ray(
+                lambda: next(items, None), ray, on_start=on_start, on_result=on_result, **options
+            )
+        elif slots is not None and len(slots) > 1:
             from matprobe.harness.pool import run_on_slots, with_card
 
             def on_result_at(task: Task, result: PairResult, slot: DeviceSlot) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -76,6 +76,8 @@ class RunOptions:
     #: CUDA cards to measure on in parallel, one worker each: "all" or "0,1,…";
     #: None: the one device of ``device``
     gpus: str | None = None
+    #: a Ray cluster to measure on instead ("auto" or its address; not with ``gpus``)
+    ray: str | None = None
 
 
 @dataclass
@@ -150,16 +152,21 @@ def _work(spec: MatmulSpec) -> int:
     return (spec.batch or 1) * (spec.m or 1) * (spec.n_total or 1) * (spec.k or 1)
 
 
-def measure_peaks(device: DeviceInfo, store: ResultStore) -> dict[str, Any] | None:
+def measure_peaks(
+    device: DeviceInfo, store: ResultStore, measure: Callable[[], dict[str, Any]] | None = None
+) -> dict[str, Any] | None:
     """The device's bandwidth ceilings, measured at the start of every CUDA run and
     never reused from an earlier one (clocks, the driver, even the card behind a
     device name change between runs). The latest also goes to the store's device
-    info, for history. None on the CPU."""
+    info, for history. None on the CPU. ``measure``: where they are measured
+    (default: this process's card; a Ray run measures on a cluster card)."""
     if device.kind != "cuda":
         return None
-    from matprobe.harness.peaks import measure_peaks_cuda
+    if measure is None:
+        from matprobe.harness.peaks import measure_peaks_cuda
 
-    peaks = measure_peaks_cuda()
+        measure = measure_peaks_cuda
+    peaks = measure()
     store.put_device_info(
         device.fingerprint, {**peaks, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()}
     )
@@ -255,7 +262,12 @@ class RunSession:
         unsupported) and reason. Nothing is measured, stored or created."""
         if not specs:
             raise MatprobeError("no specs to run")
-        device = detect(self.options.device)
+        if self.options.ray is not None:
+            from matprobe.harness.ray_pool import connect
+
+            device = connect(self.options.ray, self.options.device).device
+        else:
+            device = detect(self.options.device)
         variants, _ = self._variants_for(device)
         with _dry_run_store(self.options.db) as store:
             plan = make_plan(
@@ -275,7 +287,15 @@ class RunSession:
         if not specs:
             raise MatprobeError("no specs to run")
         slots = None
-        if options.gpus is not None:
+        cluster = None
+        if options.ray is not None:
+            if options.gpus is not None:
+                raise MatprobeError("--ray and --gpus: choose one")
+            from matprobe.harness.ray_pool import connect
+
+            cluster = connect(options.ray, options.device)  # a one-line error if it fails
+            device = cluster.device
+        elif options.gpus is not None:
             if options.device not in (None, "cuda"):
                 raise MatprobeError(
                     f"--gpus measures on CUDA cards; not with --device {options.device}"
@@ -295,9 +315,12 @@ class RunSession:
             environment: dict[str, Any] = {"device": device.to_dict(), "source": source}
             if self.plugins:
                 environment["plugins"] = list(self.plugins)
-            clocks_before = gpu_clock_state() if device.kind == "cuda" else {}
+            local_cuda = device.kind == "cuda" and cluster is None
+            clocks_before = gpu_clock_state() if local_cuda else {}
             environment["gpu_clocks_before"] = clocks_before
-            peaks = measure_peaks(device, store)
+            if cluster is not None:
+                environment["ray"] = cluster.address
+            peaks = measure_peaks(device, store, cluster.measure_peaks if cluster else None)
             if peaks is not None:
                 environment["peaks"] = peaks  # stored with the run they are the ceilings of
             run_id = store.start_run(options.command, environment)
@@ -330,6 +353,7 @@ class RunSession:
                     op: baseline_variant(target, self.registry) for op, target in baselines.items()
                 },
                 slots=slots,
+                ray=cluster,
             )
             store.finish_run(run_id, "interrupted" if outcome.interrupted else "done")
         peers = {family.name for family in self.registry.families() if family.peer}
@@ -344,12 +368,14 @@ class RunSession:
             source=source,
             peers=peers,
         )
-        if device.kind == "cuda" and (note := clock_note(clocks_before, gpu_clock_state())):
+        if local_cuda and (note := clock_note(clocks_before, gpu_clock_state())):
             report.notes.append(note)
         if note := early_launch_note(plan):
             report.notes.append(note)
         if slots is not None and len(slots) > 1:
             report.notes.append(cards_note(outcome, [slot.label for slot in slots]))
+        if cluster is not None:
+            report.notes.extend(cluster.notes(outcome.elsewhere))
         if device.kind == "cpu":
             report.notes.append(CPU_NOTE)
             report.notes.extend(notes)

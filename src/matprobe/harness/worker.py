@@ -1,28 +1,41 @@
 """Run a family's pairs in a worker process, so that one crash costs one row.
 
 An illegal memory access poisons a CUDA context, a segfault kills a process,
-a kernel can hang: each variant family therefore runs in its own spawned
-process. The parent stores every result the moment it arrives; when the
-worker dies or a pair outlives its timeout, that pair is recorded as a crash
-or a timeout, the worker is replaced, and the family goes on with the pairs
-that are left.
+a kernel can hang: pairs therefore run in a spawned process. A
+:class:`Worker` keeps one such process for as long as its owner wants it — a
+card's slot of a multi-GPU run keeps it for the whole run, fed one work item
+after another, so that torch, the CUDA context and the families are imported
+once per card rather than once per item (~8 s each on a GPU host). The parent
+stores every result the moment it arrives; when the process dies or a pair
+outlives its timeout, that pair is recorded as a crash or a timeout, the
+process is replaced, and the item goes on with the pairs that are left.
 
 A worker rebuilds the run's registry from what it is sent — the factory
 string and the plugin module names (:func:`~matprobe.harness.variants.registry_with_plugins`,
 the same call the parent made) — and imports no family module by itself.
+
+The pipe between them carries, parent to child, one item's tasks at a time
+(``("item", payload)``) and ``None`` to stop; child to parent ``("ready", pid)``
+once set up, ``("start", index)`` and ``("done", index, result)`` per pair,
+``("idle",)`` at the end of an item, ``("exit", why)`` before a deliberate exit
+(a poisoned CUDA context) and ``("fatal", traceback)``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from types import TracebackType
 from typing import Any
 
 from matprobe.harness.device import DeviceInfo
@@ -37,9 +50,11 @@ from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import SHIPPED_FACTORY, Registry, Variant, registry_with_plugins
 from matprobe.spec import MatmulSpec
 
-#: Seconds a fresh worker may take to import torch/triton before its first pair.
+#: Seconds a fresh worker may take to import torch/triton before it says it is ready.
 STARTUP_TIMEOUT_S = 180.0
 POLL_S = 0.1
+#: Seconds a worker asked to stop may take before it is killed.
+STOP_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -52,15 +67,46 @@ class Task:
 
 
 VariantRef = tuple[str, tuple[tuple[str, Any], ...]]  # family name, params
+#: A task as plain data (what crosses a process boundary): index, spec, candidate, baseline.
+TaskData = tuple[int, dict[str, Any], VariantRef, VariantRef | None]
 
 
-def _ref(variant: Variant | None) -> VariantRef | None:
-    return None if variant is None else (variant.family.name, variant.params)
+def _ref(variant: Variant) -> VariantRef:
+    return (variant.family.name, variant.params)
+
+
+def task_data(task: Task) -> TaskData:
+    """What a worker process is sent of a task: plain data, no family objects."""
+    baseline = None if task.baseline is None else _ref(task.baseline)
+    return (task.index, task.spec.to_dict(), _ref(task.variant), baseline)
+
+
+def task_from_data(data: TaskData, registry: Registry) -> Task:
+    """The task again, its variants rebuilt from ``registry`` (the run's, rebuilt here)."""
+    index, spec_data, candidate, baseline = data
+
+    def resolve(ref: VariantRef) -> Variant:
+        return Variant(registry.family(ref[0]), tuple(tuple(p) for p in ref[1]))
+
+    return Task(
+        index,
+        MatmulSpec.from_dict(spec_data),
+        resolve(candidate),
+        None if baseline is None else resolve(baseline),
+    )
 
 
 def load_registry(factory: str = SHIPPED_FACTORY, plugins: Sequence[str] = ()) -> Registry:
     """``"package.module:function"`` (and the plugin modules) → the run's Registry."""
     return registry_with_plugins(factory, plugins)
+
+
+# --- the worker process -------------------------------------------------------------
+
+
+def _device_from(data: dict[str, Any]) -> DeviceInfo:
+    capability = data.get("capability")
+    return DeviceInfo(**{**data, "capability": tuple(capability) if capability else None})
 
 
 def _worker_main(
@@ -70,7 +116,6 @@ def _worker_main(
     device: dict[str, Any],
     policy: dict[str, Any],
     run_id: int | None,
-    tasks: list[tuple[int, dict[str, Any], VariantRef, VariantRef | None]],
 ) -> None:
     # Ctrl-C goes to the whole process group: the parent decides, the worker waits.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -81,12 +126,7 @@ def _worker_main(
         # A plugin found in the parent's current directory is found here too
         # (registry_with_plugins puts the working directory on sys.path).
         registry = load_registry(factory, plugins)
-        info = DeviceInfo(
-            **{
-                **device,
-                "capability": tuple(device["capability"]) if device.get("capability") else None,
-            }
-        )
+        info = _device_from(device)
         if info.kind == "cuda" and info.index:
             # Pinned to its card (one worker per card with --gpus): the measuring code
             # names cuda:<index>, and this makes Triton launches, streams and CUDA
@@ -95,32 +135,272 @@ def _worker_main(
 
             torch.cuda.set_device(info.index)
         ctx = PairContext(info, TimingPolicy(**policy), run_id)
-
-        def resolve(ref: VariantRef) -> Variant:
-            return Variant(registry.family(ref[0]), tuple(tuple(p) for p in ref[1]))
-
-        for index, spec_data, candidate, baseline in tasks:
-            conn.send(("start", index))
-            spec = MatmulSpec.from_dict(spec_data)
-            variant = resolve(candidate)
+        conn.send(("ready", os.getpid()))
+        while True:
             try:
-                result = measure_pair_safely(
-                    spec, variant, ctx, resolve(baseline) if baseline else None
-                )
-            except PoisonedContextError as poisoned:
-                conn.send(("done", index, poisoned.args[0].to_dict()))
-                conn.send(("exit", "CUDA context poisoned; restarting the worker"))
+                message = conn.recv()
+            except EOFError:  # the parent is gone: nobody wants the results
                 return
-            conn.send(("done", index, result.to_dict()))
-        conn.send(("exit", ""))
+            if message is None:
+                return
+            if not _measure_item(conn, message[1], registry, ctx):
+                return
+            conn.send(("idle",))
     except Exception:
-        conn.send(("fatal", traceback.format_exc(limit=5)))
+        with contextlib.suppress(OSError):  # the parent may be gone (a killed Ray worker)
+            conn.send(("fatal", traceback.format_exc(limit=5)))
     finally:
         conn.close()
 
 
+def _measure_item(
+    conn: Connection, tasks: list[TaskData], registry: Registry, ctx: PairContext
+) -> bool:
+    """Measure one item's pairs, reporting each; False when this process must exit
+    (its CUDA context is poisoned) — the parent goes on in a fresh one."""
+    for data in tasks:
+        conn.send(("start", data[0]))
+        task = task_from_data(data, registry)
+        try:
+            result = measure_pair_safely(task.spec, task.variant, ctx, task.baseline)
+        except PoisonedContextError as poisoned:
+            conn.send(("done", task.index, poisoned.args[0].to_dict()))
+            conn.send(("exit", "CUDA context poisoned; restarting the worker"))
+            return False
+        conn.send(("done", task.index, result.to_dict()))
+    _release_cached_memory(ctx.device)
+    return True
+
+
+def _release_cached_memory(device: DeviceInfo) -> None:
+    """Between items, hand the caching allocator's blocks back to the card (as a
+    process that exited after each item did), so the next family starts with the
+    memory it would have had in a fresh process."""
+    torch = sys.modules.get("torch")
+    if device.kind == "cuda" and torch is not None:
+        torch.cuda.empty_cache()
+
+
+# --- the parent's side ----------------------------------------------------------------
+
 OnStart = Callable[[Task], None]
 OnResult = Callable[[Task, PairResult], None]
+
+#: ``_next_message``'s made-up messages (compared by identity): the run was
+#: cancelled, the deadline passed.
+CANCELLED = ("cancelled",)
+LATE = ("late",)
+STARTUP_LATE = "worker did not start in time"
+
+
+class Worker:
+    """One long-lived worker process on one device, fed work items one after another.
+
+    :meth:`run` measures an item; every task ends in exactly one ``on_result``
+    call, whatever happens to the process — unless ``cancel`` is set (an
+    interrupted multi-GPU run): then the process is killed and the tasks left get
+    none. The process is started on the first item and replaced after a crash, a
+    timeout or a poisoned context; :meth:`close` stops it."""
+
+    def __init__(
+        self,
+        *,
+        factory: str = SHIPPED_FACTORY,
+        plugins: Sequence[str] = (),
+        device: DeviceInfo,
+        policy: TimingPolicy,
+        run_id: int | None,
+        timeout_s: float,
+    ) -> None:
+        self.ctx = PairContext(device, policy, run_id)
+        self.timeout_s = timeout_s
+        self._args = (factory, tuple(plugins), asdict(device), asdict(policy), run_id)
+        self._proc: BaseProcess | None = None
+        self._conn: Connection | None = None
+        #: the pid of every process started, as each reported it from inside itself
+        self.pids: list[int] = []
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self._reap(kill=True)
+
+    def close(self) -> None:
+        """Ask the process to exit (killed if it does not within STOP_TIMEOUT_S)."""
+        if self._conn is not None:
+            with contextlib.suppress(OSError):  # already gone
+                self._conn.send(None)
+        self._reap()
+
+    def run(
+        self,
+        tasks: Sequence[Task],
+        *,
+        on_start: OnStart,
+        on_result: OnResult,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        """Measure ``tasks`` (one work item) in this worker's process."""
+        remaining = {task.index: task for task in tasks}
+
+        def finish(task: Task, result: PairResult) -> None:
+            remaining.pop(task.index, None)
+            on_result(task, result)
+
+        try:
+            while remaining:
+                fresh = self._proc is None
+                if fresh:
+                    message = self._start(cancel)
+                    if message is CANCELLED:
+                        return
+                    if message[0] != "ready":
+                        self._fail_all(remaining, finish, self._problem(message, STARTUP_LATE))
+                        return
+                if not self._measure(remaining, on_start, finish, cancel, fresh=fresh):
+                    return
+        except BaseException:
+            self._reap(kill=True)
+            raise
+
+    # --- the process ------------------------------------------------------------------
+
+    def _start(self, cancel: threading.Event | None) -> tuple[Any, ...]:
+        """Start a process and wait until it is set up: its ``("ready", pid)``, or
+        the message that says why not (the process is then gone)."""
+        mp = multiprocessing.get_context("spawn")
+        parent_conn, child_conn = mp.Pipe()
+        proc = mp.Process(target=_worker_main, args=(child_conn, *self._args), daemon=True)
+        proc.start()
+        child_conn.close()
+        self._proc, self._conn = proc, parent_conn
+        message = self._next_message(time.monotonic() + STARTUP_TIMEOUT_S, cancel)
+        if message[0] == "ready":
+            self.pids.append(int(message[1]))
+        else:
+            self._reap(kill=True)
+        return message
+
+    def _next_message(self, deadline: float, cancel: threading.Event | None) -> tuple[Any, ...]:
+        """The process's next message, or CANCELLED, LATE (past ``deadline``) or
+        ``("died",)`` (it ended without a word)."""
+        proc, conn = self._proc, self._conn
+        assert proc is not None and conn is not None
+        while True:
+            if cancel is not None and cancel.is_set():
+                return CANCELLED
+            if conn.poll(POLL_S):
+                try:
+                    message: tuple[Any, ...] = conn.recv()
+                except EOFError:
+                    return ("died",)
+                return message
+            if time.monotonic() > deadline:
+                return LATE
+            if not proc.is_alive() and not conn.poll(0):
+                return ("died",)
+
+    @staticmethod
+    def _problem(message: tuple[Any, ...], late: str) -> str:
+        """Why the process stopped, from its last message (``late``: it said nothing in time)."""
+        if message is LATE:
+            return late
+        if message[0] == "exit":
+            return str(message[1])
+        if message[0] == "fatal":
+            return f"worker failed: {str(message[1]).strip().splitlines()[-1]}"
+        return "worker died"
+
+    def _reap(self, kill: bool = False) -> int | None:
+        """Forget the process, killing it first if asked; its exit code (None: none)."""
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if proc is None:
+            return None
+        if kill:
+            proc.kill()
+        proc.join(timeout=STOP_TIMEOUT_S)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        if conn is not None:
+            conn.close()
+        return proc.exitcode
+
+    # --- one item ---------------------------------------------------------------------
+
+    def _measure(
+        self,
+        remaining: dict[int, Task],
+        on_start: OnStart,
+        finish: OnResult,
+        cancel: threading.Event | None,
+        *,
+        fresh: bool,
+    ) -> bool:
+        """Send the pairs left to the process and follow it until the item is done or
+        the process is gone (its pair then recorded); False when cancelled. A reused
+        process found dead before its first pair died idle: a fresh one takes the item."""
+        assert self._conn is not None
+        current: Task | None = None
+        started = False
+        try:
+            self._conn.send(("item", [task_data(task) for task in remaining.values()]))
+        except OSError:
+            message: tuple[Any, ...] = ("died",)
+        else:
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                message = self._next_message(deadline, cancel)
+                if message[0] == "start":
+                    current, started = remaining[message[1]], True
+                    deadline = time.monotonic() + self.timeout_s
+                    on_start(current)
+                elif message[0] == "done":
+                    finish(remaining[message[1]], PairResult.from_dict(message[2]))
+                    current = None
+                elif message[0] == "idle":
+                    return True
+                else:
+                    break
+        code = self._reap(kill=message is LATE or message is CANCELLED)
+        if message is CANCELLED:
+            return False
+        if message is LATE and current is not None:
+            why = f"no result after {self.timeout_s:.0f} s; worker killed"
+            finish(current, self._error(current, ErrorKind.TIMEOUT, why))
+            return True
+        problem = self._problem(message, "worker stopped answering")
+        if current is not None:
+            # The pair in flight when the process died is the one that killed it.
+            finish(current, self._error(current, ErrorKind.CRASH, f"{problem} (exit code {code})"))
+        elif (started or fresh) and not _progress_possible(problem):
+            self._fail_all(remaining, finish, problem)
+        return True
+
+    def _error(self, task: Task, kind: ErrorKind, message: str) -> PairResult:
+        return error_result(task.spec, task.variant, self.ctx, kind, message)
+
+    def _fail_all(self, remaining: dict[int, Task], finish: OnResult, problem: str) -> None:
+        """Every pair left gets ``problem``: the process could not start, or died
+        between pairs, and another would only do the same again."""
+        for task in list(remaining.values()):
+            finish(task, self._error(task, ErrorKind.EXCEPTION, problem))
+
+
+def _progress_possible(problem: str) -> bool:
+    """After a clean poisoned-context exit the next process can go on; after one
+    that failed to start or died between pairs, retrying would loop forever."""
+    return problem.startswith("CUDA context poisoned")
 
 
 def run_tasks(
@@ -136,111 +416,16 @@ def run_tasks(
     on_result: OnResult,
     cancel: threading.Event | None = None,
 ) -> None:
-    """Run ``tasks`` (one family's) in worker processes; every task ends in exactly
-    one ``on_result`` call, whatever happens to the workers — unless ``cancel`` is
-    set (an interrupted multi-GPU run): then the worker is killed and the tasks
-    left get none. Each worker builds its registry from ``factory`` and
-    ``plugins``, as the parent built its own."""
-    ctx = PairContext(device, policy, run_id)
-    mp = multiprocessing.get_context("spawn")
-    remaining = {task.index: task for task in tasks}
-    device_data = asdict(device)
-    policy_data = asdict(policy)
-
-    def finish(task: Task, result: PairResult) -> None:
-        remaining.pop(task.index, None)
-        on_result(task, result)
-
-    while remaining:
-        parent_conn, child_conn = mp.Pipe(duplex=False)
-        payload = [
-            (t.index, t.spec.to_dict(), _ref(t.variant), _ref(t.baseline))
-            for t in remaining.values()
-        ]
-        proc = mp.Process(
-            target=_worker_main,
-            args=(child_conn, factory, tuple(plugins), device_data, policy_data, run_id, payload),
-            daemon=True,
-        )
-        proc.start()
-        child_conn.close()
-        current: Task | None = None
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        problem = ""
-        try:
-            while True:
-                if cancel is not None and cancel.is_set():
-                    proc.kill()
-                    proc.join()
-                    return
-                if parent_conn.poll(POLL_S):
-                    try:
-                        message = parent_conn.recv()
-                    except EOFError:
-                        problem = f"worker died (exit code {proc.exitcode})"
-                        break
-                    kind = message[0]
-                    if kind == "start":
-                        current = remaining[message[1]]
-                        deadline = time.monotonic() + timeout_s
-                        on_start(current)
-                    elif kind == "done":
-                        finish(remaining[message[1]], PairResult.from_dict(message[2]))
-                        current = None
-                    elif kind == "exit":
-                        problem = message[1]
-                        break
-                    elif kind == "fatal":
-                        problem = f"worker failed: {message[1].strip().splitlines()[-1]}"
-                        break
-                elif time.monotonic() > deadline:
-                    if current is not None:
-                        finish(
-                            current,
-                            error_result(
-                                current.spec,
-                                current.variant,
-                                ctx,
-                                ErrorKind.TIMEOUT,
-                                f"no result after {timeout_s:.0f} s; worker killed",
-                            ),
-                        )
-                    else:
-                        problem = "worker did not start in time"
-                    proc.kill()
-                    break
-                elif not proc.is_alive() and not parent_conn.poll(0):
-                    problem = f"worker died (exit code {proc.exitcode})"
-                    break
-        except BaseException:
-            proc.kill()
-            proc.join()
-            raise
-        proc.join(timeout=10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        if current is not None and current.index in remaining:
-            # The pair in flight when the worker died is the one that killed it.
-            finish(
-                current,
-                error_result(
-                    current.spec,
-                    current.variant,
-                    ctx,
-                    ErrorKind.CRASH,
-                    f"{problem or 'worker died'} (exit code {proc.exitcode})",
-                ),
-            )
-        elif problem and remaining and current is None and not _progress_possible(problem):
-            # The worker cannot even start: every remaining pair gets the reason.
-            for task in list(remaining.values()):
-                finish(
-                    task, error_result(task.spec, task.variant, ctx, ErrorKind.EXCEPTION, problem)
-                )
-
-
-def _progress_possible(problem: str) -> bool:
-    """After a clean poisoned-context exit the next worker can go on; after a worker
-    that failed to start or died between pairs, retrying would loop forever."""
-    return problem.startswith("CUDA context poisoned")
+    """Run ``tasks`` (one family's) in a worker process of their own (replaced
+    after a crash), stopped at the end: :meth:`Worker.run` once. Each process
+    builds its registry from ``factory`` and ``plugins``, as the parent built its own."""
+    worker = Worker(
+        factory=factory,
+        plugins=plugins,
+        device=device,
+        policy=policy,
+        run_id=run_id,
+        timeout_s=timeout_s,
+    )
+    with worker:
+        worker.run(tasks, on_start=on_start, on_result=on_result, cancel=cancel)

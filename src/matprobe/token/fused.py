@@ -31,18 +31,22 @@ from matprobe.variants.triton_decode import DecodeTile, decode_gemv
 #: warps — the shape of the winning GEMVs on an H100 (BENCHMARKS.md).
 TILE_K = 1024
 WARPS = 4
-#: Programs to aim for: two per SM of an H100 at least, so the weight stream
-#: keeps every SM busy; bn is the largest of 4, 2, 1 that still gives as many.
-MIN_PROGRAMS = 264
+#: Below this many outputs one row a program wins (down, o_proj, QKV on an H100:
+#: triton.gemv_decode/bn1 in the quantized profile's run, BENCHMARKS.md); above it
+#: (gate/up, the LM head) 4 Q8_0 rows or 2 fp16 rows a program do.
+WIDE = 2048
+#: A model this narrow cannot fill a GPU either way: fewer, fuller programs (4 rows).
+NARROW = 264
 
 
-def default_tile(n: int, k: int) -> DecodeTile:
-    """The tile for ``n`` outputs of ``k``-long rows: as many rows a program as keeps
-    ≥ MIN_PROGRAMS (4 when n is below even that), K tiles of TILE_K (no wider than
-    k needs: a small model's)."""
-    bn = next((bn for bn in (4, 2) if n // bn >= MIN_PROGRAMS), 1)
-    if n < MIN_PROGRAMS:
-        bn = 4  # a model too small to fill a GPU either way: fewer, fuller programs
+def default_tile(n: int, k: int, *, quantized: bool) -> DecodeTile:
+    """The tile for ``n`` outputs of ``k``-long rows, K tiles no wider than k needs."""
+    if n < NARROW:
+        bn = 4
+    elif n < WIDE:
+        bn = 1
+    else:
+        bn = 4 if quantized else 2
     bk = min(TILE_K, max(32, 1 << (k - 1).bit_length()))
     return DecodeTile(bn, bk, WARPS)
 
@@ -86,7 +90,12 @@ class DecodeKernels:
             for stored, rows in zip(stored_list, self.rows[site], strict=True)
         }
         self.tiles = {
-            site: default_tile(self._outputs(site), self.specs[site].k or 0) for site in self.rows
+            site: default_tile(
+                self._outputs(site),
+                self.specs[site].k or 0,
+                quantized=self.specs[site].dtype == "q8_0",
+            )
+            for site in self.rows
         }
         self.tiles.update(tiles or {})
         if as_op:
