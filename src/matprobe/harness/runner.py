@@ -210,10 +210,12 @@ class RunOutcome:
 
 #: How often a run waiting for pairs another run holds looks at the store (s).
 CLAIM_POLL_S = 0.5
-#: Fewest pairs of one family claimed (and handed to a worker) at a time when
-#: several cards share the run; a family is otherwise split evenly over the cards,
-#: one work item each (each card's worker process measures its items one after another).
-CLAIM_CHUNK = 8
+#: Pairs of one family claimed (and handed to a card's worker) at a time when
+#: several cards share the run. Each card keeps one worker process, so an item
+#: costs no process start: small items keep the cards busy to the end (with a
+#: card's share of each family as one item, four H100s finished 18–50 pairs each,
+#: 0.339× one card's time; BENCHMARKS.md).
+CLAIM_CHUNK = 4
 #: The same on one card: None, a whole family — each work item starts a worker
 #: process (torch, CUDA context, kernels: ~8 s on an H100 host), so one card
 #: takes a family at a time (two runs on one store then share family by family).
@@ -224,18 +226,21 @@ def _chunks(
     pairs: Sequence[tuple[int, PlannedPair]], size: int | None, cards: int = 1
 ) -> list[list[tuple[int, PlannedPair]]]:
     """The pairs by family (a worker's batch), cut into chunks of ``size`` (None:
-    whole), or, over several ``cards``, of at least ``size`` and at most a
-    card's share of the family. Largest first, so the cards finish together."""
+    whole); over several ``cards`` the most work first, so the cards finish together."""
     by_family: dict[str, list[tuple[int, PlannedPair]]] = defaultdict(list)
     for index, pair in pairs:
         by_family[pair.variant.family.name].append((index, pair))
     chunks = []
     for group in by_family.values():
         step = size or len(group)
-        if cards > 1:
-            step = max(step, -(-len(group) // cards))
         chunks += [group[start : start + step] for start in range(0, len(group), step)]
-    return sorted(chunks, key=len, reverse=True) if cards > 1 else chunks
+    return sorted(chunks, key=_chunk_work, reverse=True) if cards > 1 else chunks
+
+
+def _chunk_work(chunk: Sequence[tuple[int, PlannedPair]]) -> int:
+    """Multiply-adds of a chunk's pairs: the longest first, so no card is left with
+    an LM head pair when the others are done."""
+    return sum(pair.spec.flops() for _, pair in chunk)
 
 
 def execute(
