@@ -239,3 +239,22 @@ def test_a_crash_mid_item_costs_its_pair_and_the_item_goes_on_in_a_fresh_process
     assert all(r.status is Status.PASS for i, r in results.items() if i != 3)
     (worker,) = counting_workers
     assert len(worker.pids) == 2, worker.pids  # the first, and the one after the crash
+
+
+def test_every_card_gets_its_own_peaks_and_the_report_says_whose_it_uses() -> None:
+    from matprobe.harness.pool import card_peaks, card_peaks_note
+
+    slots = [DeviceSlot(f"cuda:{i}", DeviceInfo(kind="cuda", name="H100", index=i)) for i in (1, 2)]
+    seen: list[int | None] = []
+
+    def measure(slot: DeviceSlot) -> dict[str, float]:
+        seen.append(slot.device.index)
+        return {"read_gbps": 3100.0 + (slot.device.index or 0), "copy_gbps": 2900.0}
+
+    peaks = card_peaks(slots, measure)
+    assert seen == [1, 2] and list(peaks) == ["cuda:1", "cuda:2"]
+    assert peaks["cuda:2"]["read_gbps"] == 3102.0
+    note = card_peaks_note({"cuda:0": {"read_gbps": 3150.0, "copy_gbps": 2990.0}, **peaks},
+                           "cuda:0")  # fmt: skip
+    assert note.startswith("peaks per card: cuda:0 read 3150 GB/s, copy 2990 GB/s; cuda:1 read")
+    assert note.endswith("the report's % read uses cuda:0's")

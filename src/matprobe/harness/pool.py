@@ -222,3 +222,35 @@ def run_on_slots(
         raise
     if failure is not None:
         raise failure
+
+
+def card_peaks(
+    slots: Sequence[DeviceSlot],
+    measure: Callable[[DeviceSlot], dict[str, Any]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Each card's bandwidth ceilings, by slot label, measured one card after
+    another before any worker starts (cards of one type still differ by a few
+    per cent: clocks, memory, cooling). ``measure``: how (default: the streaming
+    read and copy of :func:`~matprobe.harness.peaks.measure_peaks_cuda` on that card)."""
+    if measure is None:
+        measure = _measure_card
+    return {slot.label: measure(slot) for slot in slots}
+
+
+def _measure_card(slot: DeviceSlot) -> dict[str, Any]:
+    import torch
+
+    from matprobe.harness.peaks import measure_peaks_cuda
+
+    with torch.cuda.device(slot.device.index or 0):
+        return measure_peaks_cuda()
+
+
+def card_peaks_note(peaks: dict[str, dict[str, Any]], used: str) -> str:
+    """One line: every card's streaming read and copy, and whose the report's % of
+    the read ceiling is taken against."""
+    cards = "; ".join(
+        f"{label} read {p.get('read_gbps', 0):.0f} GB/s, copy {p.get('copy_gbps', 0):.0f} GB/s"
+        for label, p in peaks.items()
+    )
+    return f"peaks per card: {cards}; the report's % read uses {used}'s"

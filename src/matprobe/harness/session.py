@@ -323,6 +323,11 @@ class RunSession:
             peaks = measure_peaks(device, store, cluster.measure_peaks if cluster else None)
             if peaks is not None:
                 environment["peaks"] = peaks  # stored with the run they are the ceilings of
+            if peaks is not None and slots is not None and len(slots) > 1:
+                from matprobe.harness.pool import card_peaks
+
+                by_card = {slots[0].label: peaks, **card_peaks(slots[1:])}
+                environment["peaks_by_card"] = by_card
             run_id = store.start_run(options.command, environment)
             plan = make_plan(specs, variants, device, policy, store, force=options.force)
             if self._quick_cpu(device):
@@ -374,6 +379,10 @@ class RunSession:
             report.notes.append(note)
         if slots is not None and len(slots) > 1:
             report.notes.append(cards_note(outcome, [slot.label for slot in slots]))
+            if "peaks_by_card" in environment:
+                from matprobe.harness.pool import card_peaks_note
+
+                report.notes.append(card_peaks_note(environment["peaks_by_card"], slots[0].label))
         if cluster is not None:
             report.notes.extend(cluster.notes(outcome.elsewhere))
         if device.kind == "cpu":
