@@ -229,9 +229,11 @@ def card_peaks(
     measure: Callable[[DeviceSlot], dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Each card's bandwidth ceilings, by slot label, measured one card after
-    another before any worker starts (cards of one type still differ by a few
-    per cent: clocks, memory, cooling). ``measure``: how (default: the streaming
-    read and copy of :func:`~matprobe.harness.peaks.measure_peaks_cuda` on that card)."""
+    another (~1.1 s each on an H100; one at a time, as the first card's: Triton
+    launches its sweep kernels from one thread only) before any worker starts.
+    Cards of one type still differ by a few per cent: clocks, memory, cooling.
+    ``measure``: how (default: the streaming read and copy of
+    :func:`~matprobe.harness.peaks.measure_peaks_cuda` on that card)."""
     if measure is None:
         measure = _measure_card
     return {slot.label: measure(slot) for slot in slots}
