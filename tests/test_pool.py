@@ -211,6 +211,26 @@ def test_each_slot_keeps_one_worker_process_across_its_items(
     assert len(pids) == len(set(pids)) == 2  # … which started one process each
 
 
+def test_one_card_keeps_one_worker_process_across_families(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --gpus the run's families share one worker process too (a crash
+    still costs its pair only: the broken family's error, then a fresh process)."""
+    CountingWorker.made = []
+    monkeypatch.setattr(runner_mod, "Worker", CountingWorker)
+    variants = [
+        REGISTRY.family(name).variants()[0] for name in ("fake.exact", "cheat.zeros", "fake.slow")
+    ]
+    with ResultStore(tmp_path / "s.db") as store:
+        plan = make_plan([spec(5)], variants, CPU, FAST, store)
+        run_id = store.start_run("t", {})
+        execute(plan, store, CPU, FAST, run_id=run_id, factory="fake_variants:registry")
+        statuses = sorted(r.status.value for r in store.results(run_id=run_id))
+    assert statuses == ["fail", "pass", "pass"]
+    (worker,) = CountingWorker.made
+    assert len(worker.pids) == 1  # three families, one process
+
+
 def test_a_crash_mid_item_costs_its_pair_and_the_item_goes_on_in_a_fresh_process(
     counting_workers: list[CountingWorker],
 ) -> None:

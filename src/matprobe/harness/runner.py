@@ -34,7 +34,7 @@ from matprobe.harness.results import PairResult, Status
 from matprobe.harness.store import ResultKey, ResultStore
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import SHIPPED_FACTORY, Variant
-from matprobe.harness.worker import Task, run_tasks
+from matprobe.harness.worker import Task, Worker, run_tasks
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -216,9 +216,8 @@ CLAIM_POLL_S = 0.5
 #: card's share of each family as one item, four H100s finished 18–50 pairs each,
 #: 0.339× one card's time; BENCHMARKS.md).
 CLAIM_CHUNK = 4
-#: The same on one card: None, a whole family — each work item starts a worker
-#: process (torch, CUDA context, kernels: ~8 s on an H100 host), so one card
-#: takes a family at a time (two runs on one store then share family by family).
+#: The same on one card: None, a whole family at a time (two runs on one store
+#: then share family by family).
 SOLO_CLAIM_CHUNK: int | None = None
 
 
@@ -363,7 +362,14 @@ def execute(
                 runner=runner,
                 **options,
             )
-        else:
+        elif runner is run_tasks:
+            # One worker process for the whole run, as each card of a --gpus run
+            # has: a family no longer pays a process start (torch, CUDA context).
+            where = slots[0].device if slots else device
+            with Worker(device=where, **options) as worker:
+                for tasks in work():
+                    worker.run(tasks, on_start=on_start, on_result=on_result)
+        else:  # a custom runner (tests): called once per family
             where = slots[0].device if slots else device
             for tasks in work():
                 runner(tasks, device=where, on_start=on_start, on_result=on_result, **options)
