@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "matprobe"
 
@@ -243,3 +245,21 @@ def test_family_constants_are_defined_once() -> None:
             )
         ]
         assert len(homes) <= 1, f"{constant} defined in {homes}"
+
+
+# ---- the shared row-block set-up ------------------------------------------------------------
+
+ROW_BLOCKED = ("_triton_gemv_q8_kernels", "_triton_gemv_swiglu_kernels",
+               "_triton_gemv_q8_int8dot_kernels", "_triton_decode_kernels")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ROW_BLOCKED)
+def test_the_row_blocked_gemv_kernels_share_their_set_up(name: str) -> None:
+    """Program ids, int64 bases, offs_n/mask_n and the row pointers come from
+    ``_triton_blocks`` (``row_block``, ``row_ptrs``), not from a copy in each kernel."""
+    import matprobe.variants as variants
+
+    text = (Path(variants.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
+    assert "row_block(" in text and "row_ptrs(" in text
+    assert "tl.program_id(" not in text, f"{name} sets up its row block itself"
+    assert "def silu_mul" not in text, f"{name} defines its own silu_mul"

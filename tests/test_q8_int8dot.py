@@ -242,22 +242,3 @@ def test_the_undeclared_int8_cheater_still_fails() -> None:
     for key in HARNESS_SHAPES:
         result = measure(spec(key), Variant(INT8_ACTIVATIONS))
         assert result.status is Status.FAIL, result.reason
-
-
-# ---- the shared row-block set-up ------------------------------------------------------------
-
-ROW_BLOCKED = ("_triton_gemv_q8_kernels", "_triton_gemv_swiglu_kernels",
-               "_triton_gemv_q8_int8dot_kernels")  # fmt: skip
-
-
-@pytest.mark.parametrize("name", ROW_BLOCKED)
-def test_the_row_blocked_gemv_kernels_share_their_set_up(name: str) -> None:
-    """Program ids, int64 bases, offs_n/mask_n and the row pointers come from
-    ``_triton_blocks`` (``row_block``, ``row_ptrs``), not from a copy in each kernel."""
-    from pathlib import Path
-
-    import matprobe.variants as variants
-
-    text = (Path(variants.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
-    assert "row_block(" in text and "row_ptrs(" in text
-    assert "tl.program_id(" not in text, f"{name} sets up its row block itself"

@@ -66,28 +66,25 @@ class DecodeKernels:
         as_op: bool = False,
         tiles: Mapping[str, DecodeTile] | None = None,
     ) -> None:
-        qkv_kn = not specs["qkv"].tB
         self.weights = weights
         self.specs = dict(specs)
         self.as_op = as_op
-        self.rows: dict[str, list[Matrix]] = {
-            "qkv": [_as_rows(w, qkv_kn) for w in weights.qkv],
-            "o_proj": list(weights.o_proj),
-            "gate_up": list(weights.gate_up),
-            "down": list(weights.down),
+        stored: dict[str, list[Matrix]] = {
+            "qkv": weights.qkv,
+            "o_proj": weights.o_proj,
+            "gate_up": weights.gate_up,
+            "down": weights.down,
             "lm_head": [weights.lm_head],
+        }
+        self.rows = {
+            site: [_as_rows(w, not self.specs[site].tB) for w in matrices]
+            for site, matrices in stored.items()
         }
         # The plain LinearFn is handed the step's own weights: find their rows.
         self._rows_of = {
-            id(stored): rows
-            for site, stored_list in (
-                ("qkv", weights.qkv),
-                ("o_proj", weights.o_proj),
-                ("gate_up", weights.gate_up),
-                ("down", weights.down),
-                ("lm_head", [weights.lm_head]),
-            )
-            for stored, rows in zip(stored_list, self.rows[site], strict=True)
+            id(w): rows
+            for site, matrices in stored.items()
+            for w, rows in zip(matrices, self.rows[site], strict=True)
         }
         self.tiles = {
             site: default_tile(

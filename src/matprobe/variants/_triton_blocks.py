@@ -10,6 +10,7 @@
   :func:`row_block` — which batch and which BLOCK_N outputs — and
   :func:`row_ptrs` / :func:`rows_below`, the int64 row pointers of an operand
   (the quants, the scales, a stacked half).
+* :func:`silu_mul`, SwiGLU's activation in fp32 (the SwiGLU and decode kernels').
 * The split-K finish inside one launch: each program of a group adds its fp32
   partial sums, :func:`arrive_last` tells the program that arrived last, and
   :func:`take_sums` hands it the group's total and leaves the workspace zeroed
@@ -166,3 +167,10 @@ def rows_below(ptrs, row0, offset, stride_n):  # type: ignore[no-untyped-def]
     ``offset`` = n0). The offset is made a tensor first: Triton passes an integer
     argument equal to 1 as a constexpr, which has no ``.to``."""
     return ptrs + (row0 * 0 + offset).to(tl.int64) * stride_n
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def silu_mul(g, u):  # type: ignore[no-untyped-def]
+    """silu(g)·u in fp32: g·σ(g)·u. For g → −∞, exp(−g) overflows to inf and the
+    quotient is −0, silu's limit (never a NaN)."""
+    return g / (1.0 + tl.exp(-g)) * u

@@ -23,14 +23,14 @@ Every sum is fp32 and the result is cast once, on store.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import epilogue_terms, store_out
-
-
-@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
-def silu_mul(g, u):  # type: ignore[no-untyped-def]
-    """silu(g)·u in fp32: g·σ(g)·u. For g → −∞, exp(−g) overflows to inf and the
-    quotient is −0, silu's limit (never a NaN)."""
-    return g / (1.0 + tl.exp(-g)) * u
+from matprobe.variants._triton_blocks import (
+    epilogue_terms,
+    row_block,
+    row_ptrs,
+    rows_below,
+    silu_mul,
+    store_out,
+)
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -99,20 +99,13 @@ def decode_gemv_kernel(  # type: ignore[no-untyped-def]
     EVEN: tl.constexpr,  # noqa: N803 - EVEN_K and n % BLOCK_N == 0: no masks at all
     NB: tl.constexpr,  # noqa: N803 - BLOCK_K // 32 (Q8_0 blocks in a tile), else 1
 ) -> None:
-    row0 = tl.program_id(0) * BLOCK_N
-    rows = tl.arange(0, BLOCK_N)
-    offs_n = row0 + rows
-    mask_n = offs_n < n
+    pid_b, row0, rows, offs_n, mask_n = row_block(n, BLOCK_N)  # a 1-D grid: pid_b = 0
     offs_k = tl.arange(0, BLOCK_K)
     blocks0 = tl.arange(0, NB)
-    # int64 row bases: rows · k passes 2**31 for a large LM head.
-    row_offs = row0.to(tl.int64) + rows[:, None]
-    g_rows = w_ptr + row_offs * stride_wn
-    dg_rows = d_ptr + row_offs * stride_dn
-    # (up_row made a tensor first: Triton passes an integer argument of 1 as a constexpr)
-    up = (row0 * 0 + up_row).to(tl.int64)
-    u_rows = g_rows + up * stride_wn
-    du_rows = dg_rows + up * stride_dn
+    g_rows = row_ptrs(w_ptr, pid_b, row0, rows, 0, stride_wn)
+    dg_rows = row_ptrs(d_ptr, pid_b, row0, rows, 0, stride_dn)
+    u_rows = rows_below(g_rows, row0, up_row, stride_wn)
+    du_rows = rows_below(dg_rows, row0, up_row, stride_dn)
     # C0 and the bias load before the reduction: their latency overlaps it.
     c0_term, bias_term = epilogue_terms(
         c0_ptr + offs_n, mask_n, bias_ptr + offs_n, mask_n, beta, HAS_C0, HAS_BIAS

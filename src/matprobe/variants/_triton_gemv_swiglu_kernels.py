@@ -22,14 +22,7 @@ cast once, on store (``_triton_blocks.store_out`` with no C₀ and no bias).
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import row_block, row_ptrs, rows_below, store_out
-
-
-@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
-def silu_mul(g, u):  # type: ignore[no-untyped-def]
-    """silu(g)·u in fp32: g·σ(g)·u. For g → −∞, exp(−g) overflows to inf and the
-    quotient is −0, silu's limit (never a NaN)."""
-    return g / (1.0 + tl.exp(-g)) * u
+from matprobe.variants._triton_blocks import row_block, row_ptrs, rows_below, silu_mul, store_out
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
