@@ -175,12 +175,7 @@ def torch_dtype(dtype: str) -> torch.dtype:
     a token does not run in it."""
     if dtype not in TOKEN_DTYPES:
         raise MatprobeError(f"a token runs in {', '.join(TOKEN_DTYPES)}, not {dtype!r}")
-    return harness_torch_dtype(activation_dtype_of(dtype))
-
-
-def activation_dtype_of(dtype: str) -> str:
-    """The dtype of everything but the weight matrices (q8_0's is f16)."""
-    return Q8_0_ACTIVATION_DTYPE if dtype == "q8_0" else dtype
+    return harness_torch_dtype(Q8_0_ACTIVATION_DTYPE if dtype == "q8_0" else dtype)
 
 
 def rope_tables(head_dim: int, position: int) -> tuple[torch.Tensor, torch.Tensor]:
