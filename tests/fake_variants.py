@@ -390,3 +390,12 @@ FAMILIES: tuple[VariantFamily, ...] = (
 
 def registry() -> Registry:
     return Registry(FAMILIES)
+
+
+def card_peaks() -> dict[str, float]:
+    """A card's "ceilings" as a worker measures them when it starts (``measure_peaks``):
+    which process measured, and with how many CPU threads."""
+    import os
+
+    return {"read_gbps": 3000.0, "copy_gbps": 2800.0, "pid": float(os.getpid()),
+            "threads": float(torch.get_num_threads())}  # fmt: skip

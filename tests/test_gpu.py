@@ -225,3 +225,17 @@ def test_no_shipped_variant_fails_the_tolerances(dtype: str) -> None:
             if not checked.passed:
                 failures.append(f"{variant.id} {key}: {checked.failure}")
     assert not failures, "\n".join(failures)
+
+
+def test_a_cached_case_hit_by_a_stray_write_is_drawn_again() -> None:
+    """Seeded cases live on the card: one that a kernel writing past its own buffers
+    changed is never handed out again (its reference no longer matches it)."""
+    from matprobe.harness.inputs import seeded_case
+
+    case = seeded_case(GEMV, 4321, "cuda")
+    drawn = case.inputs.b.clone()
+    assert case.inputs.b.device.type == "cuda" and case.reference.device.type == "cuda"
+    assert seeded_case(GEMV, 4321, "cuda") is case
+    case.inputs.b.view(-1)[12345] += 1
+    again = seeded_case(GEMV, 4321, "cuda")
+    assert again is not case and torch.equal(again.inputs.b, drawn)

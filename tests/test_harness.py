@@ -3,6 +3,7 @@ invalidation, worker isolation, interruption, reports."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import shutil
@@ -44,7 +45,7 @@ from matprobe.harness.runner import (  # noqa: E402
 )
 from matprobe.harness.store import ResultStore  # noqa: E402
 from matprobe.harness.timing import TimingPolicy  # noqa: E402
-from matprobe.harness.validate import compare, tolerance  # noqa: E402
+from matprobe.harness.validate import compare, spec_tolerance, tolerance  # noqa: E402
 from matprobe.harness.variants import Variant  # noqa: E402
 from matprobe.harness.worker import Task, run_tasks  # noqa: E402
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance  # noqa: E402
@@ -126,7 +127,9 @@ def test_inputs_layouts_and_scale(spec: MatmulSpec) -> None:
 
 
 @pytest.mark.parametrize("spec", SPECS[:3], ids=SPEC_IDS)
-def test_seeded_cases_are_computed_once_and_never_written_through(spec: MatmulSpec) -> None:
+def test_seeded_cases_are_computed_once_and_never_written_through(
+    spec: MatmulSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from matprobe.harness import inputs as inputs_module
 
     case = seeded_case(spec, 11)
@@ -139,12 +142,18 @@ def test_seeded_cases_are_computed_once_and_never_written_through(spec: MatmulSp
     copy.a.fill_(3.0)
     copy.b.fill_(3.0)
     assert torch.equal(case.inputs.a, fresh.a) and torch.equal(case.inputs.b, fresh.b)
-    # A bounded cache: old cases are dropped, a dropped case is recomputed equal.
-    for seed in range(100, 100 + inputs_module.CASE_CACHE_SIZE):
+    # A cache bounded in bytes: past the budget the oldest cases are dropped (the
+    # newest always stays), and a dropped case is recomputed equal.
+    one_case = case.inputs.nbytes
+    monkeypatch.setattr(inputs_module, "CASE_CACHE_BYTES", 3 * one_case)
+    for seed in range(100, 104):
         seeded_case(spec, seed)
+    assert len(inputs_module._cases) == 3
     again = seeded_case(spec, 11)
     assert again is not case and torch.equal(again.reference, case.reference)
-    assert len(inputs_module._cases) <= inputs_module.CASE_CACHE_SIZE
+    monkeypatch.setattr(inputs_module, "CASE_CACHE_BYTES", 0)
+    assert seeded_case(spec, 12) is not None
+    assert list(inputs_module._cases) == [(spec.key(), 12, "cpu")]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)
@@ -207,6 +216,22 @@ def test_tolerance_grows_only_by_the_fp32_accumulation_term(dtype: str, k: int) 
     assert small < large <= 2 * small and small_rel < large_rel
     if dtype != "f32":  # half-precision bounds: the output rounding, not √K
         assert large < 1.02 * small and large_rel < 1.02 * small_rel
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "q8_0"])
+def test_the_norm_wise_bound_reaches_the_per_element_one_for_a_single_output(dtype: str) -> None:
+    """A single output is its own norm: judged by the per-element bound there, and by
+    the plain norm-wise bound (within 3 %) over a thousand outputs or more. Between,
+    the bound never loosens as outputs are added."""
+    bounds = [spec_tolerance(spec_of(n=n, k=96, dtype=dtype)) for n in (1, 2, 7, 64, 1000, 151936)]
+    norm, element = tolerance(
+        "f16" if dtype == "q8_0" else dtype, 96, weight_roundings=dtype == "q8_0"
+    )
+    assert bounds[0] == (element, element)
+    assert all(a[0] > b[0] for a, b in itertools.pairwise(bounds))
+    assert bounds[-2][0] == pytest.approx(norm + (element - norm) / 1000**0.5)
+    assert norm < bounds[-1][0] < 1.01 * norm
+    assert all(b[1] == element for b in bounds)
 
 
 def test_relative_error_uses_a_small_floor_not_one() -> None:

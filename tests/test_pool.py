@@ -261,20 +261,42 @@ def test_a_crash_mid_item_costs_its_pair_and_the_item_goes_on_in_a_fresh_process
     assert len(worker.pids) == 2, worker.pids  # the first, and the one after the crash
 
 
-def test_every_card_gets_its_own_peaks_and_the_report_says_whose_it_uses() -> None:
-    from matprobe.harness.pool import card_peaks, card_peaks_note
+def test_every_card_measures_its_own_peaks_in_its_worker_with_its_share_of_the_cores(
+    counting_workers: list[CountingWorker],
+) -> None:
+    """Each slot's worker calls the peaks function once, as it starts (all cards at
+    once, no card waiting for another's sweep), with its share of the host's cores;
+    the run gets them back by slot label, in slot order."""
+    from matprobe.harness.pool import card_peaks_note, cores_per_slot
 
-    slots = [DeviceSlot(f"cuda:{i}", DeviceInfo(kind="cuda", name="H100", index=i)) for i in (1, 2)]
-    seen: list[int | None] = []
+    items = iter([[Task(i, spec(5 + i), REGISTRY.family("fake.exact").variants()[0])]
+                  for i in range(4)])  # fmt: skip
+    peaks = run_on_slots(
+        lambda: next(items, None),
+        SLOTS[:2],
+        on_start=lambda task: None,
+        on_result=lambda task, result, slot: None,
+        card_peaks="fake_variants:card_peaks",
+        factory="fake_variants:registry",
+        policy=FAST,
+        run_id=None,
+        timeout_s=60,
+    )
+    assert list(peaks) == ["cpu-slot:0", "cpu-slot:1"]
+    pids = {int(p["pid"]) for p in peaks.values()}
+    assert pids == {pid for worker in counting_workers for pid in worker.pids}
+    assert len(pids) == 2  # measured in each slot's own worker process, once
+    share = cores_per_slot(2)
+    assert share is not None and all(p["threads"] == share for p in peaks.values())
+    note = card_peaks_note(peaks, "cpu-slot:0")
+    assert "cpu-slot:0 read 3000 GB/s, copy 2800 GB/s; cpu-slot:1 read 3000" in note
+    assert note.endswith("the report's % read uses cpu-slot:0's, measured before the run")
 
-    def measure(slot: DeviceSlot) -> dict[str, float]:
-        seen.append(slot.device.index)
-        return {"read_gbps": 3100.0 + (slot.device.index or 0), "copy_gbps": 2900.0}
 
-    peaks = card_peaks(slots, measure)
-    assert sorted(i or 0 for i in seen) == [1, 2] and list(peaks) == ["cuda:1", "cuda:2"]
-    assert peaks["cuda:2"]["read_gbps"] == 3102.0
-    note = card_peaks_note({"cuda:0": {"read_gbps": 3150.0, "copy_gbps": 2990.0}, **peaks},
-                           "cuda:0")  # fmt: skip
-    assert note.startswith("peaks per card: cuda:0 read 3150 GB/s, copy 2990 GB/s; cuda:1 read")
-    assert note.endswith("the report's % read uses cuda:0's")
+@pytest.mark.parametrize(
+    ("slots", "cores", "share"), [(1, 64, None), (2, 64, 32), (4, 64, 16), (3, 2, 1), (8, 4, 1)]
+)
+def test_workers_sharing_a_host_share_its_cores(slots: int, cores: int, share: int | None) -> None:
+    from matprobe.harness.pool import cores_per_slot
+
+    assert cores_per_slot(slots, cores) == share

@@ -36,6 +36,7 @@ from matprobe.harness.validate import (  # noqa: E402
     ELEMENT_ACTIVATION,
     NORM_ACTIVATION,
     compare,
+    few_outputs_norm,
     spec_tolerance,
     tolerance,
 )
@@ -168,11 +169,17 @@ def test_the_kernel_computes_int8_dots_scaled_by_both_scales(key: str) -> None:
 
 def test_declaring_widens_by_the_derived_term_and_nothing_else() -> None:
     s = spec(SHAPES[0])
-    plain, declared = spec_tolerance(s), spec_tolerance(s, activation_quant=INT8)
+    k = s.k or 1
+    addends = int(s.has_bias) + int(s.reads_c0)
+    plain = tolerance("f16", k, addends, weight_roundings=1)
+    declared = tolerance("f16", k, addends, weight_roundings=1, activation_quant=INT8)
     eps = ACTIVATION_QUANTS[INT8]
     assert eps == 1 / 254
     assert declared[0] - plain[0] == pytest.approx(NORM_ACTIVATION * eps)
     assert declared[1] - plain[1] == pytest.approx(ELEMENT_ACTIVATION * eps)
+    outputs = (s.m or 1) * (s.n or 1)
+    assert spec_tolerance(s, activation_quant=INT8) == (few_outputs_norm(*declared, outputs),
+                                                        declared[1])  # fmt: skip
     assert GEMV_Q8_INT8DOT.activation_quant == ACTIVATION_QUANT == INT8
 
 

@@ -43,8 +43,12 @@ def quantize_q8_0(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     k = weights.shape[-1]
     check_k(k)
     blocks = weights.to(torch.float32).reshape(*weights.shape[:-1], k // Q8_0_BLOCK, Q8_0_BLOCK)
-    d = blocks.abs().amax(dim=-1, keepdim=True) / 127
-    inverse = torch.where(d == 0, torch.zeros_like(d), 1 / d)
+    # Tensor by tensor: CUDA divides by a Python scalar as a multiply by its
+    # reciprocal (off by an ulp at times), so the quants would differ from gguf's
+    # and from the CPU's; a tensor divisor divides correctly rounded everywhere.
+    amax = blocks.abs().amax(dim=-1, keepdim=True)
+    d = amax / torch.full_like(amax, 127)
+    inverse = torch.where(d == 0, torch.zeros_like(d), torch.ones_like(d) / d)
     scaled = blocks * inverse
     # roundf (half away from zero) as gguf writes it: floor(a) + floor(2·(a − floor(a))),
     # exact in fp32 where floor(a + 0.5) can round a + 0.5 up to the next integer.

@@ -126,7 +126,7 @@ def check_chain(
         return reason
     n, k = spec.n_total, spec.k
     assert n is not None and k is not None
-    base = make_inputs(spec, CHAIN_SEED, where, generate_on_device=True)
+    base = make_inputs(spec, CHAIN_SEED, where, bulk=True)
     # Weights scaled by √3 so the chain neither fades nor grows: inputs.py draws w
     # uniform in ±1/√K (E[w²] = 1/(3K)); times √3, Var(y) = K·E[w²]·Var(x) = Var(x).
     weights = (base.b.to(torch.float32) * math.sqrt(3.0)).to(base.b.dtype)

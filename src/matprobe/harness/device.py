@@ -13,6 +13,7 @@ an MPS tensor as if it were on the CPU (see :data:`MPS_MEASURABLE`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import platform
@@ -80,6 +81,20 @@ def command_line(args: list[str]) -> str:
         return ""
     lines = proc.stdout.strip().splitlines() if proc.returncode == 0 else []
     return lines[0].strip() if lines else ""
+
+
+@functools.cache
+def nvidia_smi_id(index: int) -> str:
+    """What nvidia-smi calls the card CUDA numbers ``index``: its UUID where torch
+    gives it (CUDA_VISIBLE_DEVICES and CUDA's own ordering renumber cards,
+    nvidia-smi does not), else the index itself."""
+    try:
+        import torch
+
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+    except Exception:  # no torch, no CUDA
+        return str(index)
+    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
 
 
 def _driver_version() -> str:

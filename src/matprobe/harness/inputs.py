@@ -29,6 +29,7 @@ and the output is ``y = silu(g) ⊙ u`` with ``g = x·W_gateᵀ``, ``u = x·W_up
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -122,41 +123,48 @@ def shapes(spec: MatmulSpec) -> dict[str, tuple[int, ...]]:
     }
 
 
-def make_inputs(
-    spec: MatmulSpec, seed: int, device: Any = "cpu", *, generate_on_device: bool = False
-) -> MatmulInputs:
-    """Seeded inputs in the spec's dtype on ``device``.
+#: Each tensor of an input set draws its own stream (:mod:`~matprobe.harness.draws`).
+STREAMS = {"a": 1, "b": 2, "bias": 3, "c0": 4}
 
-    By default they are generated on the CPU in float64, so a seed gives the same
-    values on every machine (validation). ``generate_on_device`` draws them with
-    the device's own generator instead — much faster for the hundreds of input
-    sets that cold-L2 timing rotates over, where only the distribution matters.
-    """
+
+def make_inputs(
+    spec: MatmulSpec, seed: int, device: Any = "cpu", *, bulk: bool = False
+) -> MatmulInputs:
+    """Seeded inputs in the spec's dtype on ``device``: the same values on every
+    device (:mod:`~matprobe.harness.draws`), drawn where they are wanted — on a GPU
+    in milliseconds, which the LM head's 136 M weights need. ``bulk``: drawn by
+    the device's own generator instead (a few launches a tensor, against the
+    portable hash's ~30), for the hundreds of small sets that cold-L2 timing
+    rotates over and refills, where only the distribution matters."""
+    import numpy as np
     import torch
+
+    from matprobe.harness.draws import uniform
 
     dims = shapes(spec)
     dtype = torch_dtype(activation_dtype(spec))
     k = spec.k or 1
-    where = torch.device(device) if generate_on_device else torch.device("cpu")
-    gen = torch.Generator(device=where).manual_seed(seed)
-    draw_dtype = torch.float32 if generate_on_device else torch.float64
+    gen = torch.Generator(device=device).manual_seed(seed) if bulk else None
 
-    def uniform(shape: tuple[int, ...], scale: float) -> torch.Tensor:
-        values = torch.rand(shape, generator=gen, dtype=draw_dtype, device=where)
-        return ((values * 2 - 1) * scale).to(dtype).to(device)
+    def draw(name: str, scale: float) -> torch.Tensor:
+        # One float32 multiply (the scale rounded to float32 first), then one
+        # rounding to the dtype: correctly rounded, so equal on every device.
+        if gen is not None:
+            values = torch.rand(dims[name], generator=gen, device=device).mul_(2).sub_(1)
+        else:
+            values = uniform(dims[name], seed, STREAMS[name], device)
+        return values * float(np.float32(scale))
 
-    a = uniform(dims["a"], 1.0)
+    a = draw("a", 1.0).to(dtype)
     scales = None
     if spec.dtype == "q8_0":
         from matprobe.quant import quantize_q8_0
 
-        drawn = torch.rand(dims["b"], generator=gen, dtype=draw_dtype, device=where)
-        b, scales = quantize_q8_0((drawn * 2 - 1) / k**0.5)
-        b, scales = b.to(device), scales.to(device)
+        b, scales = quantize_q8_0(draw("b", 1.0 / k**0.5))
     else:
-        b = uniform(dims["b"], 1.0 / k**0.5)
-    bias = uniform(dims["bias"], 0.5) if spec.has_bias else None
-    c0 = uniform(dims["c0"], 1.0) if spec.reads_c0 else None
+        b = draw("b", 1.0 / k**0.5).to(dtype)
+    bias = draw("bias", 0.5).to(dtype) if spec.has_bias else None
+    c0 = draw("c0", 1.0).to(dtype) if spec.reads_c0 else None
     tb = bool(spec.tB) or scales is not None
     return MatmulInputs(
         a, b, bias, c0, spec.alpha_value, spec.beta_value, ta=bool(spec.tA), tb=tb, scales=scales,
@@ -243,38 +251,82 @@ def _swiglu_scale(inputs: MatmulInputs, device: Any) -> torch.Tensor:
     return result
 
 
-@dataclass(frozen=True)
 class SeededCase:
-    """One seeded input set on the CPU, pristine, with its float64 reference and
-    term scale — computed before any kernel has touched a copy of it."""
+    """One seeded input set, pristine, where the kernels run (a CUDA card; the CPU
+    for everything else), with its float64 reference and term scale — computed
+    from the pristine inputs when first asked for (the timing set's first inputs
+    need none), which validation does before a kernel runs on a copy."""
 
-    inputs: MatmulInputs
-    reference: Any  # torch.Tensor, float64
-    scale: Any  # torch.Tensor, float64
+    def __init__(self, inputs: MatmulInputs) -> None:
+        self.inputs = inputs
+        self._bits = _bit_sums(inputs)
+
+    @functools.cached_property
+    def reference(self) -> torch.Tensor:
+        return reference(self.inputs, self.inputs.a.device)
+
+    @functools.cached_property
+    def scale(self) -> torch.Tensor:
+        return reference_scale(self.inputs, self.inputs.a.device)
+
+    def intact(self) -> bool:
+        """Whether the inputs still hold what was drawn: a kernel that wrote past its
+        own buffers on the GPU may have hit these, and a later pair would be graded
+        on inputs the reference was not computed from (a false FAIL)."""
+        if self._bits is None:
+            return True
+        import torch
+
+        now = _bit_sums(self.inputs)
+        return now is not None and torch.equal(self._bits, now)
 
 
-#: Seeded cases kept per process: a worker measures every variant of a spec in
-#: a row on the same seeds (three validation trials and the timing set), and for
-#: the LM head (136 M weights) drawing them in float64 and computing the
-#: reference costs seconds per variant. Four cover one spec; at most ~1.1 GB
-#: of host memory for the LM head in fp16.
-CASE_CACHE_SIZE = 4
-_cases: OrderedDict[tuple[str, int], SeededCase] = OrderedDict()
+def _bit_sums(inputs: MatmulInputs) -> torch.Tensor | None:
+    """Each tensor's bits summed as integers on a GPU (a fraction of a millisecond);
+    None on the CPU, where no kernel writes past its buffers unnoticed."""
+    import torch
+
+    if inputs.a.device.type != "cuda":
+        return None
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return torch.stack(
+        [t.view(ints[t.element_size()]).sum(dtype=torch.int64) for t in inputs.tensors()]
+    )
 
 
-def seeded_case(spec: MatmulSpec, seed: int) -> SeededCase:
-    """The CPU inputs of ``make_inputs(spec, seed)`` with their reference and scale,
-    computed once per (spec, seed) in this process and reused."""
-    key = (spec.key(), seed)
+#: Memory the seeded cases of one process may hold (their inputs: a reference is
+#: one output's size). A worker measures every variant of a family on the same
+#: seeds (three validation trials and the timing set), and the next family on the
+#: same specs again: every spec of a plan is kept where it fits — the fp16
+#: Qwen2.5-0.5B plan's cases take ~1.2 GB (1.1 GB of them the LM head's four).
+#: Beyond the budget the least recently used go; the newest case always stays.
+CASE_CACHE_BYTES = 2 << 30
+_cases: OrderedDict[tuple[str, int, str], SeededCase] = OrderedDict()
+
+
+def case_device(device: Any) -> Any:
+    """Where the seeded cases for kernels on ``device`` live: a CUDA card itself
+    (drawn and referenced there in milliseconds), else the CPU (MPS has no float64)."""
+    import torch
+
+    where = torch.device(device)
+    return where if where.type == "cuda" else torch.device("cpu")
+
+
+def seeded_case(spec: MatmulSpec, seed: int, device: Any = "cpu") -> SeededCase:
+    """``make_inputs(spec, seed)`` for kernels on ``device`` (see :func:`case_device`)
+    with its reference and scale, computed once per (spec, seed) in this process and
+    reused while intact."""
+    where = case_device(device)
+    key = (spec.key(), seed, str(where))
     case = _cases.get(key)
-    if case is None:
-        inputs = make_inputs(spec, seed)
-        case = SeededCase(inputs, reference(inputs), reference_scale(inputs))
+    if case is None or not case.intact():
+        case = SeededCase(make_inputs(spec, seed, where))
         _cases[key] = case
-        while len(_cases) > CASE_CACHE_SIZE:
-            _cases.popitem(last=False)
-    else:
-        _cases.move_to_end(key)
+        held = sum(kept.inputs.nbytes for kept in _cases.values())
+        while len(_cases) > 1 and held > CASE_CACHE_BYTES:
+            held -= _cases.popitem(last=False)[1].inputs.nbytes
+    _cases.move_to_end(key)
     return case
 
 
@@ -300,7 +352,7 @@ def refill(inputs: MatmulInputs, spec: MatmulSpec, seed: int) -> None:
     """Overwrite every tensor of ``inputs`` in place with the values of another seed
     (same storage, new values): a kernel that memoises its answer by input pointer,
     or that baked the inputs into a captured graph, now answers the old problem."""
-    fresh = make_inputs(spec, seed, inputs.a.device, generate_on_device=True)
+    fresh = make_inputs(spec, seed, inputs.a.device, bulk=True)
     for mine, new in zip(inputs.tensors(), fresh.tensors(), strict=True):
         mine.copy_(new)
 

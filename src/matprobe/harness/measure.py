@@ -80,7 +80,8 @@ def classify(exc: BaseException) -> tuple[ErrorKind, bool]:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    # Milliseconds: the rows of one card, in order, say how long each pair took.
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,8 @@ def validate_pair(
         # The reference comes from the pristine inputs, never from the copy the
         # kernel was given: a kernel that rewrites its inputs is graded against
         # the problem it was asked, not the one it left behind.
-        case = seeded_case(spec, VALIDATION_SEED + t)
+        case = seeded_case(spec, VALIDATION_SEED + t, where)
+        expected = case.reference, case.scale  # from the pristine inputs, first
         inputs = fresh_copy(case.inputs, where)
         outputs = GuardedOutputs(spec, where)
         outputs.poison()
@@ -171,7 +173,7 @@ def validate_pair(
         _sync(device)
         if breach := outputs.breach():
             raise GuardBreachError(f"trial {t + 1}/{trials}: {breach}")
-        return outputs.views[0], case.reference, case.scale
+        return outputs.views[0], *expected
 
     return validate(spec, trial, trials, interpreted=interpreted, activation_quant=activation_quant)
 
@@ -265,14 +267,14 @@ def _time(
     declaration (the baseline's replay is judged without one)."""
     where = _torch_device(device)
     cuda = device.kind == "cuda"
-    first = fresh_copy(seeded_case(spec, TIMING_SEED).inputs, where)
+    first = fresh_copy(seeded_case(spec, TIMING_SEED, where).inputs, where)
     n_sets = rotation_count(first.nbytes, device.l2_bytes, policy)
     if device.kind == "mps":
         # No graphs: every set is an eager call a sample; past this the host's
         # encoding, not the GPU, sets the pace of a sample.
         n_sets = min(n_sets, MPS_MAX_SETS)
     sets = [first] + [
-        make_inputs(spec, TIMING_SEED + i, where, generate_on_device=True) for i in range(1, n_sets)
+        make_inputs(spec, TIMING_SEED + i, where, bulk=True) for i in range(1, n_sets)
     ]
     notes: list[str] = []
     if device.kind != "cpu" and n_sets * first.nbytes < policy.cold_l2_factor * device.l2_bytes:
@@ -294,7 +296,7 @@ def _time(
     candidate = contender("candidate", fn)
     base = contender("baseline", baseline[1]) if baseline is not None else None
     rounds = interleave(recorder, producer, candidate, base, calls, policy)
-    state = gpu_clock_state() if cuda else {}
+    state = gpu_clock_state(device.index) if cuda else {}
     failure = check_replay(
         spec, recorder, candidate.recording, sets, sources, candidate.outputs, calls, where,
         activation_quant=activation_quant,

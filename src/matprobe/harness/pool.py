@@ -18,6 +18,7 @@ thread).
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -99,12 +100,14 @@ ItemRunner = Callable[[Sequence[Task], OnStart, OnResult, threading.Event], None
 
 def slot_runner(
     runner: Callable[..., None], slot: DeviceSlot, options: dict[str, Any]
-) -> tuple[ItemRunner, Callable[[], None]]:
-    """How a slot measures its items, and what it does when it has no more.
+) -> tuple[ItemRunner, Worker | None]:
+    """How a slot measures its items, and the :class:`Worker` it keeps, if any.
 
     The ordinary runner (:func:`~matprobe.harness.worker.run_tasks`, which starts
-    a process per call) becomes one :class:`Worker` the slot keeps for the whole
-    run; any other runner (tests, a custom one) is called once per item."""
+    a process per call) becomes one Worker the slot keeps for the whole run
+    (``options`` may then also hold Worker's ``cpu_threads`` and
+    ``measure_peaks``); any other runner (tests, a custom one) is called once per
+    item with the run's options."""
     if runner is run_tasks:
         worker = Worker(device=slot.device, **options)
 
@@ -113,16 +116,28 @@ def slot_runner(
         ) -> None:
             worker.run(tasks, on_start=start, on_result=result, cancel=cancel)
 
-        return on_worker, worker.close
+        return on_worker, worker
+    shared = {k: v for k, v in options.items() if k not in _WORKER_ONLY}
 
     def per_item(
         tasks: Sequence[Task], start: OnStart, result: OnResult, cancel: threading.Event
     ) -> None:
-        runner(
-            tasks, device=slot.device, on_start=start, on_result=result, cancel=cancel, **options
-        )
+        runner(tasks, device=slot.device, on_start=start, on_result=result, cancel=cancel, **shared)
 
-    return per_item, lambda: None
+    return per_item, None
+
+
+#: Options only a slot's Worker takes (a custom runner is not given them).
+_WORKER_ONLY = frozenset({"cpu_threads", "measure_peaks"})
+
+
+def cores_per_slot(slots: int, cores: int | None = None) -> int | None:
+    """torch CPU threads for each of ``slots`` workers on one host: the cores shared
+    out (None, torch's own default, for a lone worker). Four workers each drawing
+    float64 inputs with every core's worth of threads would oversubscribe them."""
+    if slots <= 1:
+        return None
+    return max(1, (cores if cores is not None else os.cpu_count() or 1) // slots)
 
 
 def run_on_slots(
@@ -132,15 +147,21 @@ def run_on_slots(
     on_start: Callable[[Task], None],
     on_result: OnResultAt,
     runner: Callable[..., None] = run_tasks,
+    card_peaks: str | None = None,
     **runner_options: Any,
-) -> None:
+) -> dict[str, dict[str, Any]]:
     """Run work items on ``slots`` in parallel until ``next_item`` gives None.
 
     ``next_item``, ``on_start`` and ``on_result`` are called in this thread only.
     With the default ``runner`` each slot keeps one worker process for the whole
-    run (:func:`slot_runner`); another ``runner`` is called as ``runner(tasks,
-    device=slot.device, on_start=…, on_result=…, cancel=threading.Event,
-    **runner_options)`` in the slot's thread, once per item.
+    run (:func:`slot_runner`), with its share of the host's cores; another
+    ``runner`` is called as ``runner(tasks, device=slot.device, on_start=…,
+    on_result=…, cancel=threading.Event, **runner_options)`` in the slot's
+    thread, once per item.
+    ``card_peaks`` (``"module:function"``, :data:`~matprobe.harness.worker.CARD_PEAKS`
+    on GPUs): each slot's worker measures its card's ceilings with it as it
+    starts, all cards at once; returned by slot label (a slot that never got an
+    item, or a custom runner, has none).
     On Ctrl-C the slots are cancelled, what already arrived is still handed to
     ``on_result``, and KeyboardInterrupt is raised again; an exception in a slot's
     runner stops the handing out of work and is raised once the others have finished."""
@@ -149,9 +170,15 @@ def run_on_slots(
     events: queue.Queue[tuple[Any, ...]] = queue.Queue()
     inboxes: list[queue.Queue[Sequence[Task] | None]] = [queue.Queue() for _ in slots]
     cancel = threading.Event()
+    options = {
+        **runner_options,
+        "cpu_threads": cores_per_slot(len(slots)),
+        "measure_peaks": card_peaks,
+    }
+    peaks: dict[str, dict[str, Any]] = {}
 
     def serve(number: int, slot: DeviceSlot) -> None:
-        measure, close = slot_runner(runner, slot, runner_options)
+        measure, worker = slot_runner(runner, slot, options)
         try:
             while True:
                 item = inboxes[number].get()
@@ -168,7 +195,10 @@ def run_on_slots(
                     events.put(("failed", number, exc))
                 events.put(("idle", number))
         finally:
-            close()
+            if worker is not None:
+                worker.close()
+                if worker.peaks is not None:
+                    peaks[slot.label] = worker.peaks
             events.put(("stopped", number))
 
     threads = [
@@ -222,37 +252,17 @@ def run_on_slots(
         raise
     if failure is not None:
         raise failure
-
-
-def card_peaks(
-    slots: Sequence[DeviceSlot],
-    measure: Callable[[DeviceSlot], dict[str, Any]] | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Each card's bandwidth ceilings, by slot label, measured one card after
-    another (~1.1 s each on an H100; one at a time, as the first card's: Triton
-    launches its sweep kernels from one thread only) before any worker starts.
-    Cards of one type still differ by a few per cent: clocks, memory, cooling.
-    ``measure``: how (default: the streaming read and copy of
-    :func:`~matprobe.harness.peaks.measure_peaks_cuda` on that card)."""
-    if measure is None:
-        measure = _measure_card
-    return {slot.label: measure(slot) for slot in slots}
-
-
-def _measure_card(slot: DeviceSlot) -> dict[str, Any]:
-    import torch
-
-    from matprobe.harness.peaks import measure_peaks_cuda
-
-    with torch.cuda.device(slot.device.index or 0):
-        return measure_peaks_cuda()
+    return dict(sorted(peaks.items(), key=lambda item: [s.label for s in slots].index(item[0])))
 
 
 def card_peaks_note(peaks: dict[str, dict[str, Any]], used: str) -> str:
-    """One line: every card's streaming read and copy, and whose the report's % of
-    the read ceiling is taken against."""
+    """One line: every card's streaming read and copy (as its worker measured them
+    when it started), and whose the report's % of the read ceiling is taken against."""
     cards = "; ".join(
         f"{label} read {p.get('read_gbps', 0):.0f} GB/s, copy {p.get('copy_gbps', 0):.0f} GB/s"
         for label, p in peaks.items()
     )
-    return f"peaks per card: {cards}; the report's % read uses {used}'s"
+    return (
+        f"peaks per card, each measured by its worker: {cards}; the report's % read "
+        f"uses {used}'s, measured before the run"
+    )

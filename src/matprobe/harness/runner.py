@@ -34,7 +34,7 @@ from matprobe.harness.results import PairResult, Status
 from matprobe.harness.store import ResultKey, ResultStore
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import SHIPPED_FACTORY, Variant
-from matprobe.harness.worker import Task, Worker, run_tasks
+from matprobe.harness.worker import CARD_PEAKS, Task, Worker, run_tasks
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -206,6 +206,9 @@ class RunOutcome:
     #: rows measured on another card type than the plan's (a mixed Ray cluster), by
     #: device fingerprint: stored under their device, kept out of this run's results
     elsewhere: Counter[str] = field(default_factory=Counter)
+    #: each card's bandwidth ceilings, measured by its worker as it started (a run
+    #: on this host's CUDA cards), by label ("cuda:1")
+    card_peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 #: How often a run waiting for pairs another run holds looks at the store (s).
@@ -354,21 +357,28 @@ def execute(
                 on_result(task, with_card(result, slot))
 
             items = work()
-            run_on_slots(
+            outcome.card_peaks = run_on_slots(
                 lambda: next(items, None),
                 slots,
                 on_start=on_start,
                 on_result=on_result_at,
                 runner=runner,
+                card_peaks=CARD_PEAKS if device.kind == "cuda" else None,
                 **options,
             )
         elif runner is run_tasks:
             # One worker process for the whole run, as each card of a --gpus run
             # has: a family no longer pays a process start (torch, CUDA context).
             where = slots[0].device if slots else device
-            with Worker(device=where, **options) as worker:
-                for tasks in work():
-                    worker.run(tasks, on_start=on_start, on_result=on_result)
+            peaks = CARD_PEAKS if where.kind == "cuda" else None
+            worker = Worker(device=where, measure_peaks=peaks, **options)
+            try:
+                with worker:
+                    for tasks in work():
+                        worker.run(tasks, on_start=on_start, on_result=on_result)
+            finally:  # an interrupted run's report still has its card's ceilings
+                if worker.peaks is not None:
+                    outcome.card_peaks = {f"cuda:{where.index}": worker.peaks}
         else:  # a custom runner (tests): called once per family
             where = slots[0].device if slots else device
             for tasks in work():

@@ -166,7 +166,11 @@ def measure_peaks(
         from matprobe.harness.peaks import measure_peaks_cuda
 
         measure = measure_peaks_cuda
-    peaks = measure()
+    return record_peaks(device, store, measure())
+
+
+def record_peaks(device: DeviceInfo, store: ResultStore, peaks: dict[str, Any]) -> dict[str, Any]:
+    """``peaks`` into the store's device info (the latest, for history)."""
     store.put_device_info(
         device.fingerprint, {**peaks, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()}
     )
@@ -316,18 +320,25 @@ class RunSession:
             if self.plugins:
                 environment["plugins"] = list(self.plugins)
             local_cuda = device.kind == "cuda" and cluster is None
-            clocks_before = gpu_clock_state() if local_cuda else {}
+            # Every card's clock state (one card: the one measured on), by label.
+            cards = (
+                {slot.label: slot.device.index for slot in slots}
+                if slots
+                else {f"cuda:{device.index}": device.index}
+            )
+            clocks_before = (
+                {label: gpu_clock_state(index) for label, index in cards.items()}
+                if local_cuda
+                else {}
+            )
             environment["gpu_clocks_before"] = clocks_before
+            # On this host's cards each worker measures its card's peaks as it starts
+            # (all cards at once, while the others start), not this process first.
+            peaks = None
             if cluster is not None:
                 environment["ray"] = cluster.address
-            peaks = measure_peaks(device, store, cluster.measure_peaks if cluster else None)
-            if peaks is not None:
+                peaks = measure_peaks(device, store, cluster.measure_peaks)
                 environment["peaks"] = peaks  # stored with the run they are the ceilings of
-            if peaks is not None and slots is not None and len(slots) > 1:
-                from matprobe.harness.pool import card_peaks
-
-                by_card = {slots[0].label: peaks, **card_peaks(slots[1:])}
-                environment["peaks_by_card"] = by_card
             run_id = store.start_run(options.command, environment)
             plan = make_plan(specs, variants, device, policy, store, force=options.force)
             if self._quick_cpu(device):
@@ -360,6 +371,15 @@ class RunSession:
                 slots=slots,
                 ray=cluster,
             )
+            if local_cuda:
+                first = next(iter(cards))
+                peaks = outcome.card_peaks.get(first)
+                if peaks is None and not outcome.interrupted:
+                    peaks = measure_peaks(device, store)  # no worker started: all cached
+                elif peaks is not None:
+                    record_peaks(device, store, peaks)
+                if peaks is not None:
+                    store.add_to_run(run_id, {"peaks": peaks})
             store.finish_run(run_id, "interrupted" if outcome.interrupted else "done")
         peers = {family.name for family in self.registry.families() if family.peer}
         report = build_report(
@@ -373,16 +393,19 @@ class RunSession:
             source=source,
             peers=peers,
         )
-        if local_cuda and (note := clock_note(clocks_before, gpu_clock_state())):
-            report.notes.append(note)
+        if local_cuda:
+            for label, before in clocks_before.items():
+                after = gpu_clock_state(cards[label])
+                if note := clock_note(before, after):
+                    report.notes.append(f"{label}: {note}" if len(cards) > 1 else note)
         if note := early_launch_note(plan):
             report.notes.append(note)
         if slots is not None and len(slots) > 1:
             report.notes.append(cards_note(outcome, [slot.label for slot in slots]))
-            if "peaks_by_card" in environment:
+            if outcome.card_peaks:
                 from matprobe.harness.pool import card_peaks_note
 
-                report.notes.append(card_peaks_note(environment["peaks_by_card"], slots[0].label))
+                report.notes.append(card_peaks_note(outcome.card_peaks, slots[0].label))
         if cluster is not None:
             report.notes.extend(cluster.notes(outcome.elsewhere))
         if device.kind == "cpu":

@@ -573,6 +573,17 @@ class ResultStore:
         if cur.rowcount == 0:
             raise StoreError(f"{self.path} has no run {run_id}")
 
+    def add_to_run(self, run_id: int, facts: Mapping[str, Any]) -> None:
+        """Add what a run learnt while it ran (its card's peaks) to its environment."""
+        with self._sqlite("updating a run") as conn:
+            row = conn.execute("SELECT environment FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"{self.path} has no run {run_id}")
+            conn.execute(
+                "UPDATE runs SET environment = ? WHERE id = ?",
+                (_dumps({**json.loads(row[0]), **facts}), run_id),
+            )
+
     def runs(self) -> list[RunRecord]:
         """Every recorded run, oldest first."""
         with self._sqlite("listing runs") as conn:

@@ -134,12 +134,15 @@ def time_host_cpu(
 # ---- GPU state ----------------------------------------------------------------------
 
 
-def gpu_clock_state() -> dict[str, str]:
-    """SM clock and active throttle reasons, as nvidia-smi reports them (read only)."""
-    from matprobe.harness.device import command_line
+def gpu_clock_state(index: int = 0) -> dict[str, str]:
+    """SM clock and active throttle reasons of CUDA card ``index``, as nvidia-smi
+    reports them (read only; {} where it says nothing)."""
+    from matprobe.harness.device import command_line, nvidia_smi_id
 
     fields = "clocks.sm,clocks.max.sm,clocks_throttle_reasons.active,temperature.gpu,power.draw"
-    line = command_line(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"])
+    line = command_line(
+        ["nvidia-smi", "-i", nvidia_smi_id(index), f"--query-gpu={fields}", "--format=csv,noheader"]
+    )
     if not line:
         return {}
     values = [v.strip() for v in line.split(",")]

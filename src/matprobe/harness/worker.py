@@ -15,8 +15,9 @@ string and the plugin module names (:func:`~matprobe.harness.variants.registry_w
 the same call the parent made) — and imports no family module by itself.
 
 The pipe between them carries, parent to child, one item's tasks at a time
-(``("item", payload)``) and ``None`` to stop; child to parent ``("ready", pid)``
-once set up, ``("start", index)`` and ``("done", index, result)`` per pair,
+(``("item", payload)``) and ``None`` to stop; child to parent
+``("ready", pid, peaks)`` once set up (``peaks``: the card's ceilings when asked
+to measure them, else None), ``("start", index)`` and ``("done", index, result)`` per pair,
 ``("idle",)`` at the end of an item, ``("exit", why)`` before a deliberate exit
 (a poisoned CUDA context) and ``("fatal", traceback)``.
 """
@@ -24,6 +25,7 @@ once set up, ``("start", index)`` and ``("done", index, result)`` per pair,
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import os
 import signal
@@ -55,6 +57,8 @@ STARTUP_TIMEOUT_S = 180.0
 POLL_S = 0.1
 #: Seconds a worker asked to stop may take before it is killed.
 STOP_TIMEOUT_S = 10.0
+#: What a worker calls for its card's bandwidth ceilings (``measure_peaks``).
+CARD_PEAKS = "matprobe.harness.peaks:measure_peaks_cuda"
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,8 @@ def _worker_main(
     device: dict[str, Any],
     policy: dict[str, Any],
     run_id: int | None,
+    cpu_threads: int | None = None,
+    measure_peaks: str | None = None,
 ) -> None:
     # Ctrl-C goes to the whole process group: the parent decides, the worker waits.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -123,6 +129,12 @@ def _worker_main(
         # Triton reads this when it is first imported: no GPU, so interpret kernels.
         os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
+        if cpu_threads is not None:
+            # Workers sharing a host share its cores: each drawing float64 inputs
+            # with every core's worth of threads would oversubscribe them all.
+            import torch
+
+            torch.set_num_threads(cpu_threads)
         # A plugin found in the parent's current directory is found here too
         # (registry_with_plugins puts the working directory on sys.path).
         registry = load_registry(factory, plugins)
@@ -134,8 +146,11 @@ def _worker_main(
             import torch
 
             torch.cuda.set_device(info.index)
+        # This card's ceilings, measured here while the other cards' workers start
+        # and measure theirs: no card waits for another's sweep.
+        peaks = _call(measure_peaks) if measure_peaks else None
         ctx = PairContext(info, TimingPolicy(**policy), run_id)
-        conn.send(("ready", os.getpid()))
+        conn.send(("ready", os.getpid(), peaks))
         while True:
             try:
                 message = conn.recv()
@@ -151,6 +166,12 @@ def _worker_main(
             conn.send(("fatal", traceback.format_exc(limit=5)))
     finally:
         conn.close()
+
+
+def _call(ref: str) -> dict[str, Any]:
+    """``"module:function"`` imported and called: the dict it returns."""
+    module_name, _, name = ref.partition(":")
+    return dict(getattr(importlib.import_module(module_name), name)())
 
 
 def _measure_item(
@@ -211,14 +232,23 @@ class Worker:
         policy: TimingPolicy,
         run_id: int | None,
         timeout_s: float,
+        cpu_threads: int | None = None,
+        measure_peaks: str | None = None,
     ) -> None:
+        """``cpu_threads``: torch's CPU threads in the process (None: torch's
+        default, every core); ``measure_peaks``: ``"module:function"`` the first
+        process calls, once set up, for its card's bandwidth ceilings (a dict,
+        kept in :attr:`peaks`; :data:`CARD_PEAKS` on a GPU)."""
         self.ctx = PairContext(device, policy, run_id)
         self.timeout_s = timeout_s
-        self._args = (factory, tuple(plugins), asdict(device), asdict(policy), run_id)
+        self._args = (factory, tuple(plugins), asdict(device), asdict(policy), run_id, cpu_threads)
+        self._measure_peaks = measure_peaks
         self._proc: BaseProcess | None = None
         self._conn: Connection | None = None
         #: the pid of every process started, as each reported it from inside itself
         self.pids: list[int] = []
+        #: the card's peaks, once the first process has measured them (see measure_peaks)
+        self.peaks: dict[str, Any] | None = None
 
     def __enter__(self) -> Worker:
         return self
@@ -275,17 +305,23 @@ class Worker:
     # --- the process ------------------------------------------------------------------
 
     def _start(self, cancel: threading.Event | None) -> tuple[Any, ...]:
-        """Start a process and wait until it is set up: its ``("ready", pid)``, or
+        """Start a process and wait until it is set up: its ``("ready", pid, peaks)``, or
         the message that says why not (the process is then gone)."""
         mp = multiprocessing.get_context("spawn")
         parent_conn, child_conn = mp.Pipe()
-        proc = mp.Process(target=_worker_main, args=(child_conn, *self._args), daemon=True)
+        # Only the first process measures the card (a replacement after a crash
+        # would measure a card that just misbehaved, and take the time again).
+        measure = None if self.pids else self._measure_peaks
+        args = (child_conn, *self._args, measure)
+        proc = mp.Process(target=_worker_main, args=args, daemon=True)
         proc.start()
         child_conn.close()
         self._proc, self._conn = proc, parent_conn
         message = self._next_message(time.monotonic() + STARTUP_TIMEOUT_S, cancel)
         if message[0] == "ready":
             self.pids.append(int(message[1]))
+            if measure is not None and message[2] is not None:
+                self.peaks = dict(message[2])
         else:
             self._reap(kill=True)
         return message

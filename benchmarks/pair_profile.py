@@ -1,0 +1,62 @@
+"""Where one pair's time goes on a GPU host: each fp16 weight shape of the
+Qwen2.5-0.5B plan measured with one Triton variant against cuBLAS, twice (the
+second time with the seeded cases cached), under cProfile; the wall time of
+each and the functions that took the most. Also how long one nvidia-smi query
+takes, and the card's PCI id as torch and nvidia-smi give it.
+
+    PYTHONPATH=src python3 benchmarks/pair_profile.py OUT_FILE
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import subprocess
+import sys
+import time
+
+from matprobe.harness.device import detect, nvidia_smi_id
+from matprobe.harness.measure import PairContext, measure_pair_safely
+from matprobe.harness.timing import TimingPolicy, gpu_clock_state
+from matprobe.harness.variants import registry_with_plugins
+from matprobe.spec import MatmulSpec
+
+SHAPES = {
+    "lm_head": "op=matmul | batch=1 | m=1 | n=151936 | k=896 | tA=0 | tB=1 | dtype=f16",
+    "gate_up": "op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16",
+    "down": "op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1 | dtype=f16",
+}
+
+
+def main() -> None:
+    out = open(sys.argv[1], "w")  # noqa: SIM115
+    device = detect("cuda")
+    ctx = PairContext(device, TimingPolicy(), None)
+    registry = registry_with_plugins()
+    base = registry.family("torch.matmul").variants()[0]
+    candidate = registry.family("triton.gemv_decode").variants()[0]
+    t = time.perf_counter()
+    state = gpu_clock_state(0)
+    print(f"nvidia-smi query {time.perf_counter() - t:.3f} s: {state}", file=out)
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv"],
+                         capture_output=True, text=True, check=False).stdout  # fmt: skip
+    print(f"torch id for 0: {nvidia_smi_id(0)}; nvidia-smi: {smi}", file=out)
+    for name, text in SHAPES.items():
+        spec = MatmulSpec.parse(text)
+        for attempt in ("first", "cached"):
+            prof = cProfile.Profile()
+            start = time.perf_counter()
+            prof.enable()
+            result = measure_pair_safely(spec, candidate, ctx, base)
+            prof.disable()
+            wall = time.perf_counter() - start
+            print(f"\n== {name} {attempt}: {wall:.2f} s, {result.status.value}", file=out)
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(22)
+            print("\n".join(buf.getvalue().splitlines()[6:34]), file=out)
+            out.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Seeded uniform draws that are the same numbers on every device.
+
+The harness's inputs must be a function of (spec, seed) alone, so that a FAIL on
+one machine is the same problem on another. A library generator is not: torch's
+CPU generator (mt19937) is one stream on one core — seconds for the LM head's
+136 M weights, paid again by every worker process that validates it — and its
+CUDA generator maps elements to values by launch geometry, which depends on the
+card. So the draws here are a counter-based hash: element ``i`` of stream ``s``
+under ``seed`` is ``hash(hash(low32(i) ^ key(seed, s)) ^ high32(i))``, a pure
+function of its index, computed where the tensor is wanted — vectorized torch
+integer arithmetic on a GPU (milliseconds), numpy's uint32 arithmetic on the CPU
+— and bit-identical on both (tests/test_draws.py holds them to it).
+
+A draw is ``(2·(h >> 9) + 1) / 2²³ − 1``: 23 random bits, an odd multiple of
+2⁻²³ in (−1, 1), exact in float32 and never zero (zeros hide unwritten outputs).
+Everything after it — the scale, the cast to fp16 or bf16 — is one correctly
+rounded float32 operation at a time, the same on every IEEE device.
+
+The hash is Chris Wellons' ``lowbias32`` (two xor-shift-multiply rounds).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+_MASK32 = 0xFFFFFFFF
+_MUL1, _MUL2 = 0x7FEB352D, 0x846CA68B
+#: Elements hashed at a time: bounds the temporaries (a few of this many int64 on
+#: a GPU) whatever the tensor's size.
+CHUNK = 1 << 22
+
+
+def hash32(x: int) -> int:
+    """``lowbias32`` of one 32-bit value (the scalar form of the vectorized hashes)."""
+    x ^= x >> 16
+    x = (x * _MUL1) & _MASK32
+    x ^= x >> 15
+    x = (x * _MUL2) & _MASK32
+    return x ^ (x >> 16)
+
+
+def stream_key(seed: int, stream: int) -> int:
+    """The 32-bit key of stream ``stream`` (one tensor of an input set) under ``seed``."""
+    return hash32((hash32(seed & _MASK32) ^ (seed >> 32) * 0x9E3779B9 + stream) & _MASK32)
+
+
+def uniform(shape: tuple[int, ...], seed: int, stream: int, device: Any = "cpu") -> torch.Tensor:
+    """float32 draws in (−1, 1) of ``shape`` on ``device``, a function of (seed,
+    stream, element index) only: the same values on every device."""
+    import torch
+
+    numel = 1
+    for size in shape:
+        numel *= size
+    key = stream_key(seed, stream)
+    where = torch.device(device)
+    if where.type == "cuda":
+        out = torch.empty(numel, dtype=torch.float32, device=where)
+        for start in range(0, numel, CHUNK):
+            stop = min(numel, start + CHUNK)
+            out[start:stop] = _bits_to_uniform_torch(_hash_torch(start, stop, key, where))
+        return out.reshape(shape)
+    values = uniform_numpy(numel, key)
+    return torch.from_numpy(values).reshape(shape).to(where)
+
+
+def uniform_numpy(numel: int, key: int, start: int = 0) -> Any:
+    """Elements ``start … start + numel`` of the stream with ``key`` (numpy float32):
+    uint32 arithmetic wraps as the hash wants, one chunk at a time."""
+    import numpy as np
+
+    out = np.empty(numel, dtype=np.float32)
+    u32 = np.uint32
+    for lo in range(0, numel, CHUNK):
+        hi = min(numel, lo + CHUNK)
+        index = np.arange(start + lo, start + hi, dtype=np.uint64)
+        x = (index & np.uint64(_MASK32)).astype(u32) ^ u32(key)
+        x = _hash_numpy(x) ^ (index >> np.uint64(32)).astype(u32)
+        bits = _hash_numpy(x) >> u32(9)
+        out[lo:hi] = (bits.astype(np.float32) * np.float32(2) + np.float32(1)) * np.float32(
+            2.0**-23
+        ) - np.float32(1)
+    return out
+
+
+def _hash_numpy(x: Any) -> Any:
+    import numpy as np
+
+    u32 = np.uint32
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> u32(16))
+        x = x * u32(_MUL1)
+        x = x ^ (x >> u32(15))
+        x = x * u32(_MUL2)
+        return x ^ (x >> u32(16))
+
+
+def uniform_torch(numel: int, key: int, start: int = 0, device: Any = "cpu") -> torch.Tensor:
+    """The torch form of :func:`uniform_numpy` (what a GPU runs), on any device."""
+    import torch
+
+    where = torch.device(device)
+    return _bits_to_uniform_torch(_hash_torch(start, start + numel, key, where))
+
+
+def _hash_torch(start: int, stop: int, key: int, device: torch.device) -> torch.Tensor:
+    """The 23 random bits of elements ``start … stop`` (int64 holding uint32 values)."""
+    import torch
+
+    index = torch.arange(start, stop, dtype=torch.int64, device=device)
+    x = _mix_torch((index & _MASK32) ^ key)
+    return _mix_torch(x ^ (index >> 32)) >> 9
+
+
+def _mix_torch(x: torch.Tensor) -> torch.Tensor:
+    x = x ^ (x >> 16)
+    x = _mul32(x, _MUL1)
+    x = x ^ (x >> 15)
+    x = _mul32(x, _MUL2)
+    return x ^ (x >> 16)
+
+
+def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
+    """``x · constant mod 2³²`` for x < 2³² held in int64, never overflowing it: the
+    constant in 16-bit halves (each product < 2⁴⁸)."""
+    low = x * (constant & 0xFFFF)
+    high = ((x * (constant >> 16)) & 0xFFFF) << 16
+    return (low + high) & _MASK32
+
+
+def _bits_to_uniform_torch(bits: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    # 2·bits + 1 < 2²⁴: exact in float32, as is every step after it.
+    return (bits * 2 + 1).to(torch.float32) * 2.0**-23 - 1.0
