@@ -73,3 +73,66 @@ def test_inputs_are_the_same_on_a_gpu_as_on_the_cpu(dtype: str) -> None:
     for mine, theirs in zip(cpu.tensors(), gpu.tensors(), strict=True):
         assert theirs.device.type == "cuda"
         assert torch.equal(mine, theirs.cpu())
+
+
+# ---- timing's many sets: drawn together, stored apart, refilled and referenced at once ----
+
+SET_SPECS = [
+    "op=matmul | batch=1 | m=1 | n=37 | k=29 | tA=0 | tB=1 | dtype=f16",
+    "op=matmul_bias_add | batch=1 | m=3 | n=151 | k=7 | tA=1 | tB=0 | dtype=bf16",
+    "op=matmul_alpha_beta | batch=3 | m=2 | n=11 | k=64 | tA=0 | tB=0 | alpha=0.125 | beta=0.5 | "
+    "accumulate=1 | dtype=f32",
+    "op=matmul_bias_add | batch=1 | m=1 | n=40 | k=64 | tA=0 | tB=1 | dtype=q8_0",
+    "op=matmul_swiglu | batch=1 | m=1 | n=? | k=96 | tA=0 | tB=1 | n0=5 | n1=5 | dtype=f16",
+]
+
+
+@pytest.mark.parametrize("key", SET_SPECS)
+def test_timing_sets_have_storage_of_their_own_and_the_spec_s_layout(key: str) -> None:
+    from matprobe.harness.inputs import make_input_sets
+
+    spec = MatmulSpec.parse(key)
+    one = make_inputs(spec, 1)
+    sets = make_input_sets(spec, 5, 7, "cpu")
+    assert len(sets) == 7 and make_input_sets(spec, 5, 0, "cpu") == []
+    for inputs in sets:
+        assert [(t.shape, t.dtype) for t in inputs.tensors()] == [
+            (t.shape, t.dtype) for t in one.tensors()
+        ]
+        assert all(t.is_contiguous() for t in inputs.tensors())
+    starts = sorted(t.data_ptr() for inputs in sets for t in inputs.tensors())
+    assert len(set(starts)) == len(starts)  # no set shares (or views) another's storage
+    assert not torch.equal(sets[0].a, sets[1].a) and not torch.equal(sets[0].b, sets[1].b)
+    if spec.dtype != "q8_0":
+        assert float(sets[3].b.abs().max()) <= 1.0 / (spec.k or 1) ** 0.5 * 1.001
+
+
+@pytest.mark.parametrize("key", SET_SPECS)
+def test_refilled_sets_keep_their_storage_and_change_every_tensor(key: str) -> None:
+    from matprobe.harness.inputs import make_input_sets, refill_sets
+
+    spec = MatmulSpec.parse(key)
+    sets = make_input_sets(spec, 5, 3, "cpu")
+    before = [[(t.data_ptr(), t.clone()) for t in inputs.tensors()] for inputs in sets]
+    refill_sets(sets, spec, 77)
+    for inputs, old in zip(sets, before, strict=True):
+        for t, (pointer, values) in zip(inputs.tensors(), old, strict=True):
+            assert t.data_ptr() == pointer and not torch.equal(t, values)
+
+
+@pytest.mark.parametrize("key", SET_SPECS)
+def test_references_of_many_sets_at_once_are_each_set_s_own(
+    key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stacked (and cut into chunks: here two sets a chunk) as computed one by one;
+    the bias broadcast per set, never across sets."""
+    from matprobe.harness import inputs as inputs_module
+
+    spec = MatmulSpec.parse(key)
+    sets = inputs_module.make_input_sets(spec, 9, 5, "cpu")
+    monkeypatch.setattr(inputs_module, "REFERENCE_CHUNK_BYTES", 2 * sets[0].b.numel() * 8)
+    together = inputs_module.references(sets, "cpu")
+    assert len(together) == 5
+    for inputs, (ref, scale) in zip(sets, together, strict=True):
+        assert torch.allclose(ref, inputs_module.reference(inputs), rtol=1e-12, atol=1e-15)
+        assert torch.allclose(scale, inputs_module.reference_scale(inputs), rtol=1e-12, atol=1e-15)

@@ -23,10 +23,9 @@ from typing import Any
 from matprobe.harness.inputs import (
     GuardedOutputs,
     MatmulInputs,
-    make_inputs,
-    reference,
-    reference_scale,
-    refill,
+    make_input_sets,
+    references,
+    refill_sets,
     shapes,
 )
 from matprobe.harness.validate import compare_many, spec_tolerance
@@ -79,14 +78,15 @@ def check_replay(
     """Refill, poison, replay once, check every call's output and the guards.
     ``sources`` are the producer's sources (``−a`` per set), refilled to match;
     ``activation_quant``: the family's declaration (see ``validate.spec_tolerance``)."""
-    for i, inputs in enumerate(sets):
-        refill(inputs, spec, REFILL_SEED + i)
-        sources[i].copy_(inputs.a.neg())
+    import torch
+
+    refill_sets(sets, spec, REFILL_SEED)
+    torch._foreach_copy_(list(sources), torch._foreach_neg([inputs.a for inputs in sets]))
     outputs.poison()
     recorder.sync()
     recorder.replay(recording)
     recorder.sync()
-    answers = [(reference(inputs, where), reference_scale(inputs, where)) for inputs in sets]
+    answers = references(sets, where)
     problem = _judge_calls(
         spec,
         [outputs.views[i] for i in range(calls)],
@@ -126,7 +126,7 @@ def check_chain(
         return reason
     n, k = spec.n_total, spec.k
     assert n is not None and k is not None
-    base = make_inputs(spec, CHAIN_SEED, where, bulk=True)
+    (base,) = make_input_sets(spec, CHAIN_SEED, 1, where)
     # Weights scaled by √3 so the chain neither fades nor grows: inputs.py draws w
     # uniform in ±1/√K (E[w²] = 1/(3K)); times √3, Var(y) = K·E[w²]·Var(x) = Var(x).
     weights = (base.b.to(torch.float32) * math.sqrt(3.0)).to(base.b.dtype)
@@ -160,7 +160,7 @@ def check_chain(
         problem = _judge_calls(
             spec,
             outs,
-            [(reference(inputs, where), reference_scale(inputs, where)) for inputs in links_in],
+            references(links_in, where),
             activation_quant,
         )
         if problem:

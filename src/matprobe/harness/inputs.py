@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -127,33 +128,98 @@ def shapes(spec: MatmulSpec) -> dict[str, tuple[int, ...]]:
 STREAMS = {"a": 1, "b": 2, "bias": 3, "c0": 4}
 
 
-def make_inputs(
-    spec: MatmulSpec, seed: int, device: Any = "cpu", *, bulk: bool = False
-) -> MatmulInputs:
+def make_inputs(spec: MatmulSpec, seed: int, device: Any = "cpu") -> MatmulInputs:
     """Seeded inputs in the spec's dtype on ``device``: the same values on every
     device (:mod:`~matprobe.harness.draws`), drawn where they are wanted — on a GPU
-    in milliseconds, which the LM head's 136 M weights need. ``bulk``: drawn by
-    the device's own generator instead (a few launches a tensor, against the
-    portable hash's ~30), for the hundreds of small sets that cold-L2 timing
-    rotates over and refills, where only the distribution matters."""
-    import numpy as np
-    import torch
-
+    in milliseconds, which the LM head's 136 M weights need. (Timing's many sets:
+    :func:`make_input_sets`.)"""
     from matprobe.harness.draws import uniform
 
     dims = shapes(spec)
+    return _inputs_from(spec, lambda name: uniform(dims[name], seed, STREAMS[name], device))
+
+
+def make_input_sets(spec: MatmulSpec, seed: int, count: int, device: Any) -> list[MatmulInputs]:
+    """``count`` input sets for timing, each in storage of its own, drawn all at once by
+    the device's generator (seeded with ``seed``): the hundreds of small sets cold-L2
+    timing rotates over cost a few launches a tensor, not a few per set; only the
+    distribution matters there (validation draws with :func:`make_inputs`)."""
+    if count < 1:
+        return []
+    stacked = _bulk_draws(spec, seed, count, device)
+    if count == 1:
+        return [_unstack(stacked, 0)]
+    sets = [_unstack(stacked, i) for i in range(count)]
+    fresh = [replace_tensors(one, [t.new_empty(t.shape) for t in one.tensors()]) for one in sets]
+    _copy_all(
+        [t for one in fresh for t in one.tensors()], [t for one in sets for t in one.tensors()]
+    )
+    return fresh
+
+
+def refill_sets(sets: Sequence[MatmulInputs], spec: MatmulSpec, seed: int) -> None:
+    """Overwrite every tensor of ``sets`` in place with new values (same storage):
+    a kernel that memoises its answer by input pointer, or that baked the inputs
+    into a captured graph, now answers the old problem."""
+    stacked = _bulk_draws(spec, seed, len(sets), sets[0].a.device)
+    news = [_unstack(stacked, i) for i in range(len(sets))]
+    _copy_all(
+        [t for one in sets for t in one.tensors()], [t for one in news for t in one.tensors()]
+    )
+
+
+def _copy_all(dsts: list[Any], srcs: list[Any]) -> None:
+    """``dst.copy_(src)`` for every pair, in a few multi-tensor launches."""
+    import torch
+
+    torch._foreach_copy_(dsts, srcs)
+
+
+def _bulk_draws(spec: MatmulSpec, seed: int, count: int, device: Any) -> MatmulInputs:
+    """``count`` sets' tensors stacked along a leading axis (bias ``[count, n]``)."""
+    import torch
+
+    dims = shapes(spec)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return _inputs_from(
+        spec,
+        lambda name: torch.rand((count, *dims[name]), generator=gen, device=device).mul_(2).sub_(1),
+    )
+
+
+def _unstack(stacked: MatmulInputs, i: int) -> MatmulInputs:
+    return replace_tensors(stacked, [t[i] for t in stacked.tensors()])
+
+
+def replace_tensors(inputs: MatmulInputs, tensors: Sequence[Any]) -> MatmulInputs:
+    """``inputs`` with its tensors (in :meth:`MatmulInputs.tensors` order) replaced."""
+    new = iter(tensors)
+
+    def take(old: Any) -> Any:
+        return None if old is None else next(new)
+
+    return replace(
+        inputs,
+        a=take(inputs.a),
+        b=take(inputs.b),
+        bias=take(inputs.bias),
+        c0=take(inputs.c0),
+        scales=take(inputs.scales),
+    )
+
+
+def _inputs_from(spec: MatmulSpec, draws: Callable[[str], torch.Tensor]) -> MatmulInputs:
+    """The input set from ``draws(name)``: float32 uniforms in (−1, 1) of that tensor's
+    shape (with any leading axes), scaled and rounded to the spec's dtype."""
+    import numpy as np
+
     dtype = torch_dtype(activation_dtype(spec))
     k = spec.k or 1
-    gen = torch.Generator(device=device).manual_seed(seed) if bulk else None
 
     def draw(name: str, scale: float) -> torch.Tensor:
         # One float32 multiply (the scale rounded to float32 first), then one
         # rounding to the dtype: correctly rounded, so equal on every device.
-        if gen is not None:
-            values = torch.rand(dims[name], generator=gen, device=device).mul_(2).sub_(1)
-        else:
-            values = uniform(dims[name], seed, STREAMS[name], device)
-        return values * float(np.float32(scale))
+        return draws(name) * float(np.float32(scale))
 
     a = draw("a", 1.0).to(dtype)
     scales = None
@@ -204,6 +270,37 @@ def reference(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
     if inputs.bias is not None:
         out = out + inputs.bias.detach().to(device, f64)
     return out
+
+
+#: float64 weight bytes one stacked reference computation may hold.
+REFERENCE_CHUNK_BYTES = 1 << 29
+
+
+def references(sets: Sequence[MatmulInputs], device: Any) -> list[tuple[Any, Any]]:
+    """``(reference, reference_scale)`` of every set, computed stacked — a few launches
+    in all where one set at a time took a few each (a replay check judges hundreds
+    of sets) — in chunks of at most :data:`REFERENCE_CHUNK_BYTES` of float64 weights."""
+    if not sets:
+        return []
+    step = max(1, REFERENCE_CHUNK_BYTES // (sets[0].b.numel() * 8))
+    out: list[tuple[Any, Any]] = []
+    for start in range(0, len(sets), step):
+        stacked = _stack(sets[start : start + step])
+        refs, scales = reference(stacked, device), reference_scale(stacked, device)
+        out += zip(refs.unbind(0), scales.unbind(0), strict=True)
+    return out
+
+
+def _stack(sets: Sequence[MatmulInputs]) -> MatmulInputs:
+    """One set whose tensors have a leading axis over ``sets`` (the bias shaped to
+    broadcast over the batch and rows, ``[S, 1, 1, n]``)."""
+    import torch
+
+    columns = zip(*(one.tensors() for one in sets), strict=True)
+    stacked = replace_tensors(sets[0], [torch.stack(ts) for ts in columns])
+    if stacked.bias is not None:
+        stacked = replace(stacked, bias=stacked.bias.reshape(len(sets), 1, 1, -1))
+    return stacked
 
 
 def reference_scale(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
@@ -346,15 +443,6 @@ def fresh_copy(inputs: MatmulInputs, device: Any) -> MatmulInputs:
         c0=copy(inputs.c0),
         scales=copy(inputs.scales),
     )
-
-
-def refill(inputs: MatmulInputs, spec: MatmulSpec, seed: int) -> None:
-    """Overwrite every tensor of ``inputs`` in place with the values of another seed
-    (same storage, new values): a kernel that memoises its answer by input pointer,
-    or that baked the inputs into a captured graph, now answers the old problem."""
-    fresh = make_inputs(spec, seed, inputs.a.device, bulk=True)
-    for mine, new in zip(inputs.tensors(), fresh.tensors(), strict=True):
-        mine.copy_(new)
 
 
 def torch_float64() -> torch.dtype:

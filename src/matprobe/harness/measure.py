@@ -15,7 +15,7 @@ from typing import Any
 
 from matprobe.harness.checks import check_chain, check_replay
 from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import GuardedOutputs, fresh_copy, make_inputs, seeded_case
+from matprobe.harness.inputs import GuardedOutputs, fresh_copy, make_input_sets, seeded_case
 from matprobe.harness.results import Clocks, ErrorKind, PairResult, Status
 from matprobe.harness.sampling import (
     Contender,
@@ -40,7 +40,8 @@ from matprobe.harness.validate import Validation, validate
 from matprobe.harness.variants import KernelFn, Variant
 from matprobe.spec import MatmulSpec
 
-#: Trials draw inputs from seeds VALIDATION_SEED + t; timing sets from TIMING_SEED + i.
+#: Trials draw inputs from seeds VALIDATION_SEED + t; the timing sets after the first
+#: (TIMING_SEED's) are drawn together from TIMING_SEED + 1.
 VALIDATION_SEED = 1000
 TIMING_SEED = 5000
 #: Kernel-clock disagreement with the device clock worth a note.
@@ -273,9 +274,7 @@ def _time(
         # No graphs: every set is an eager call a sample; past this the host's
         # encoding, not the GPU, sets the pace of a sample.
         n_sets = min(n_sets, MPS_MAX_SETS)
-    sets = [first] + [
-        make_inputs(spec, TIMING_SEED + i, where, bulk=True) for i in range(1, n_sets)
-    ]
+    sets = [first, *make_input_sets(spec, TIMING_SEED + 1, n_sets - 1, where)]
     notes: list[str] = []
     if device.kind != "cpu" and n_sets * first.nbytes < policy.cold_l2_factor * device.l2_bytes:
         notes.append(f"rotation capped at {n_sets} sets: weights may be partly L2-resident")
