@@ -432,17 +432,7 @@ def fresh_copy(inputs: MatmulInputs, device: Any) -> MatmulInputs:
     device): a kernel that writes into its inputs changes neither the cached
     originals nor what the next variant is given."""
 
-    def copy(tensor: Any) -> Any:
-        return None if tensor is None else tensor.to(device, copy=True)
-
-    return replace(
-        inputs,
-        a=copy(inputs.a),
-        b=copy(inputs.b),
-        bias=copy(inputs.bias),
-        c0=copy(inputs.c0),
-        scales=copy(inputs.scales),
-    )
+    return replace_tensors(inputs, [t.to(device, copy=True) for t in inputs.tensors()])
 
 
 def torch_float64() -> torch.dtype:
