@@ -263,6 +263,5 @@ def card_peaks_note(peaks: dict[str, dict[str, Any]], used: str) -> str:
         for label, p in peaks.items()
     )
     return (
-        f"peaks per card, each measured by its worker: {cards}; the report's % read "
-        f"uses {used}'s, measured before the run"
+        f"peaks per card, each measured by its worker: {cards}; the report's % read uses {used}'s"
     )

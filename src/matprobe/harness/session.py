@@ -155,11 +155,12 @@ def _work(spec: MatmulSpec) -> int:
 def measure_peaks(
     device: DeviceInfo, store: ResultStore, measure: Callable[[], dict[str, Any]] | None = None
 ) -> dict[str, Any] | None:
-    """The device's bandwidth ceilings, measured at the start of every CUDA run and
-    never reused from an earlier one (clocks, the driver, even the card behind a
-    device name change between runs). The latest also goes to the store's device
-    info, for history. None on the CPU. ``measure``: where they are measured
-    (default: this process's card; a Ray run measures on a cluster card)."""
+    """The device's bandwidth ceilings, measured in every CUDA run and never reused
+    from an earlier one (clocks, the driver, even the card behind a device name
+    change between runs) — by each card's worker as it starts, here only for a Ray
+    run (on a cluster card) or a run that started no worker. The latest also goes
+    to the store's device info, for history. None on the CPU. ``measure``: where
+    they are measured (default: this process's card)."""
     if device.kind != "cuda":
         return None
     if measure is None:
