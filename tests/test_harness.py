@@ -234,6 +234,16 @@ def test_the_norm_wise_bound_reaches_the_per_element_one_for_a_single_output(dty
     assert all(b[1] == element for b in bounds)
 
 
+@pytest.mark.parametrize("n", [1, 2, 7])
+@pytest.mark.parametrize("cheat", ["cheat.half_running_sum", "cheat.drop_k_tail"])
+def test_arithmetic_cheaters_still_fail_on_a_few_outputs(cheat: str, n: int) -> None:
+    """The wider norm-wise bound over few outputs lets through nothing the
+    per-element bound does not: an fp16 running sum over 38 K tiles, or a dropped
+    K tail, fails on one output as on thousands."""
+    result = measure(spec_of(n=n, k=4864, dtype="f16"), variant(cheat))
+    assert result.status is Status.FAIL, (cheat, n, result.metrics)
+
+
 def test_relative_error_uses_a_small_floor_not_one() -> None:
     ref = torch.tensor([[[1e-3, 2e-3, 1.0]]], dtype=torch.float64)
     out = ref.clone()

@@ -23,11 +23,13 @@ from typing import Any
 from matprobe.harness.inputs import (
     GuardedOutputs,
     MatmulInputs,
+    copy_all,
     make_input_sets,
     references,
     refill_sets,
     shapes,
 )
+from matprobe.harness.sampling import producer_sources
 from matprobe.harness.validate import compare_many, spec_tolerance
 from matprobe.spec import MatmulSpec
 
@@ -78,10 +80,8 @@ def check_replay(
     """Refill, poison, replay once, check every call's output and the guards.
     ``sources`` are the producer's sources (``−a`` per set), refilled to match;
     ``activation_quant``: the family's declaration (see ``validate.spec_tolerance``)."""
-    import torch
-
     refill_sets(sets, spec, REFILL_SEED)
-    torch._foreach_copy_(list(sources), torch._foreach_neg([inputs.a for inputs in sets]))
+    copy_all(sources, producer_sources(sets))
     outputs.poison()
     recorder.sync()
     recorder.replay(recording)

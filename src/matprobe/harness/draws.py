@@ -61,7 +61,7 @@ def uniform(shape: tuple[int, ...], seed: int, stream: int, device: Any = "cpu")
         out = torch.empty(numel, dtype=torch.float32, device=where)
         for start in range(0, numel, CHUNK):
             stop = min(numel, start + CHUNK)
-            out[start:stop] = _bits_to_uniform_torch(_hash_torch(start, stop, key, where))
+            out[start:stop] = uniform_torch(stop - start, key, start, where)
         return out.reshape(shape)
     values = uniform_numpy(numel, key)
     return torch.from_numpy(values).reshape(shape).to(where)
@@ -102,17 +102,10 @@ def uniform_torch(numel: int, key: int, start: int = 0, device: Any = "cpu") -> 
     """The torch form of :func:`uniform_numpy` (what a GPU runs), on any device."""
     import torch
 
-    where = torch.device(device)
-    return _bits_to_uniform_torch(_hash_torch(start, start + numel, key, where))
-
-
-def _hash_torch(start: int, stop: int, key: int, device: torch.device) -> torch.Tensor:
-    """The 23 random bits of elements ``start … stop`` (int64 holding uint32 values)."""
-    import torch
-
-    index = torch.arange(start, stop, dtype=torch.int64, device=device)
-    x = _mix_torch((index & _MASK32) ^ key)
-    return _mix_torch(x ^ (index >> 32)) >> 9
+    index = torch.arange(start, start + numel, dtype=torch.int64, device=device)
+    bits = _mix_torch(_mix_torch((index & _MASK32) ^ key) ^ (index >> 32)) >> 9
+    # 2·bits + 1 < 2²⁴: exact in float32, as is every step after it.
+    return (bits * 2 + 1).to(torch.float32) * 2.0**-23 - 1.0
 
 
 def _mix_torch(x: torch.Tensor) -> torch.Tensor:
@@ -129,10 +122,3 @@ def _mul32(x: torch.Tensor, constant: int) -> torch.Tensor:
     low = x * (constant & 0xFFFF)
     high = ((x * (constant >> 16)) & 0xFFFF) << 16
     return (low + high) & _MASK32
-
-
-def _bits_to_uniform_torch(bits: torch.Tensor) -> torch.Tensor:
-    import torch
-
-    # 2·bits + 1 < 2²⁴: exact in float32, as is every step after it.
-    return (bits * 2 + 1).to(torch.float32) * 2.0**-23 - 1.0

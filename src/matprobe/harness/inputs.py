@@ -151,7 +151,7 @@ def make_input_sets(spec: MatmulSpec, seed: int, count: int, device: Any) -> lis
         return [_unstack(stacked, 0)]
     sets = [_unstack(stacked, i) for i in range(count)]
     fresh = [replace_tensors(one, [t.new_empty(t.shape) for t in one.tensors()]) for one in sets]
-    _copy_all(
+    copy_all(
         [t for one in fresh for t in one.tensors()], [t for one in sets for t in one.tensors()]
     )
     return fresh
@@ -163,16 +163,14 @@ def refill_sets(sets: Sequence[MatmulInputs], spec: MatmulSpec, seed: int) -> No
     into a captured graph, now answers the old problem."""
     stacked = _bulk_draws(spec, seed, len(sets), sets[0].a.device)
     news = [_unstack(stacked, i) for i in range(len(sets))]
-    _copy_all(
-        [t for one in sets for t in one.tensors()], [t for one in news for t in one.tensors()]
-    )
+    copy_all([t for one in sets for t in one.tensors()], [t for one in news for t in one.tensors()])
 
 
-def _copy_all(dsts: list[Any], srcs: list[Any]) -> None:
+def copy_all(dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
     """``dst.copy_(src)`` for every pair, in a few multi-tensor launches."""
     import torch
 
-    torch._foreach_copy_(dsts, srcs)
+    torch._foreach_copy_(list(dsts), list(srcs))
 
 
 def _bulk_draws(spec: MatmulSpec, seed: int, count: int, device: Any) -> MatmulInputs:
