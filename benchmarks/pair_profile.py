@@ -1,10 +1,12 @@
-"""Where one pair's time goes on a GPU host: each fp16 weight shape of the
-Qwen2.5-0.5B plan measured with one Triton variant against cuBLAS, twice (the
-second time with the seeded cases cached), under cProfile; the wall time of
-each and the functions that took the most. Also how long one nvidia-smi query
-takes, and the card's PCI id as torch and nvidia-smi give it.
+"""Where one pair's time goes on a GPU host: fp16 weight shapes of the
+Qwen2.5-0.5B plan (``weights``) or its attention shapes (``attention``: a
+batch of 14 heads over a short KV cache, ~1600 rotated input sets a sample)
+measured with one Triton variant against cuBLAS, twice (the second time with
+the seeded cases cached), under cProfile; the wall time of each and the
+functions that took the most. Also how long one nvidia-smi query takes, and
+the card's PCI id as torch and nvidia-smi give it.
 
-    PYTHONPATH=src python3 benchmarks/pair_profile.py OUT_FILE
+    PYTHONPATH=src python3 benchmarks/pair_profile.py OUT_FILE [weights|attention]
 """
 
 from __future__ import annotations
@@ -22,10 +24,22 @@ from matprobe.harness.timing import TimingPolicy, gpu_clock_state
 from matprobe.harness.variants import registry_with_plugins
 from matprobe.spec import MatmulSpec
 
+#: name → (spec, the candidate's family), per set of shapes
+GEMV = "op=matmul | batch=1 | m=1 | tA=0 | tB=1 | dtype=f16"
+ATTENTION = (
+    "op=matmul_alpha_beta_cache | batch=14 | m=1 | accumulate=1 | beta=0.0000 | cache=1 "
+    "| dtype=f16 | strided_batch=true"
+)
 SHAPES = {
-    "lm_head": "op=matmul | batch=1 | m=1 | n=151936 | k=896 | tA=0 | tB=1 | dtype=f16",
-    "gate_up": "op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16",
-    "down": "op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1 | dtype=f16",
+    "weights": {
+        "lm_head": (f"{GEMV} | n=151936 | k=896", "triton.gemv_decode"),
+        "gate_up": (f"{GEMV} | n=9728 | k=896", "triton.gemv_decode"),
+        "down": (f"{GEMV} | n=896 | k=4864", "triton.gemv_decode"),
+    },
+    "attention": {
+        "scores": (f"{ATTENTION} | n=86 | k=64 | tA=0 | tB=1 | alpha=0.1250", "triton.attn_bmv"),
+        "values": (f"{ATTENTION} | n=64 | k=65 | tA=0 | tB=0 | alpha=1.0000", "triton.gemv_tn"),
+    },
 }
 
 
@@ -35,15 +49,16 @@ def main() -> None:
     ctx = PairContext(device, TimingPolicy(), None)
     registry = registry_with_plugins()
     base = registry.family("torch.matmul").variants()[0]
-    candidate = registry.family("triton.gemv_decode").variants()[0]
     t = time.perf_counter()
     state = gpu_clock_state(0)
     print(f"nvidia-smi query {time.perf_counter() - t:.3f} s: {state}", file=out)
     smi = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv"],
                          capture_output=True, text=True, check=False).stdout  # fmt: skip
     print(f"torch id for 0: {nvidia_smi_id(0)}; nvidia-smi: {smi}", file=out)
-    for name, text in SHAPES.items():
+    shapes = SHAPES[sys.argv[2] if len(sys.argv) > 2 else "weights"]
+    for name, (text, family) in shapes.items():
         spec = MatmulSpec.parse(text)
+        candidate = registry.family(family).variants()[0]
         for attempt in ("first", "cached"):
             prof = cProfile.Profile()
             start = time.perf_counter()

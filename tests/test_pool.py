@@ -124,7 +124,7 @@ def test_a_runner_failure_stops_handing_out_work_and_is_raised() -> None:
         [[Task(i, spec(5), REGISTRY.family("fake.exact").variants()[0])] for i in range(9)]
     )
 
-    def next_item() -> list[Task] | None:
+    def next_item(slot: int) -> list[Task] | None:
         item = next(items, None)
         if item is not None:
             handed.append(item[0].index)
@@ -244,7 +244,7 @@ def test_a_crash_mid_item_costs_its_pair_and_the_item_goes_on_in_a_fresh_process
     items = iter([[Task(next(numbered), spec(5 + i), v) for i, v in enumerate(vs)] for vs in plan])
     results: dict[int, Any] = {}
     run_on_slots(
-        lambda: next(items, None),
+        lambda slot: next(items, None),
         SLOTS[:1],
         on_start=lambda task: None,
         on_result=lambda task, result, slot: results.setdefault(task.index, result),
@@ -272,7 +272,7 @@ def test_every_card_measures_its_own_peaks_in_its_worker_with_its_share_of_the_c
     items = iter([[Task(i, spec(5 + i), REGISTRY.family("fake.exact").variants()[0])]
                   for i in range(4)])  # fmt: skip
     peaks = run_on_slots(
-        lambda: next(items, None),
+        lambda slot: next(items, None),
         SLOTS[:2],
         on_start=lambda task: None,
         on_result=lambda task, result, slot: None,
@@ -300,3 +300,31 @@ def test_workers_sharing_a_host_share_its_cores(slots: int, cores: int, share: i
     from matprobe.harness.pool import cores_per_slot
 
     assert cores_per_slot(slots, cores) == share
+
+
+def test_each_card_is_handed_more_of_its_spec_and_keeps_off_another_cards(
+    tmp_path: Path,
+) -> None:
+    """Three specs' chunks, most work first, two cards asking in turn: each card stays
+    on a spec of its own while that spec has chunks (it builds the spec's timing bench
+    once), and only the last spec is shared."""
+    from matprobe.harness.work import WorkQueue
+
+    exact = REGISTRY.family("fake.exact").variants()[0]
+    specs = {s.key(): s for s in (spec(40), spec(30), spec(20))}
+    chunks = [[(4 * n + c, None, key)] for n, key in enumerate(specs) for c in range(4)]
+    by_index = {i: specs[key] for chunk in chunks for i, _, key in chunk}
+
+    def tasks_of(indices: list[int]) -> list[list[Task]]:
+        return [[Task(i, by_index[i], exact) for i in indices]] if indices else []
+
+    with ResultStore(tmp_path / "s.db") as store:
+        queue = WorkQueue(chunks, store, store.start_run("t", {}), tasks_of, print, {})
+        handed: dict[int, list[str]] = {0: [], 1: []}
+        card = 0
+        while (tasks := queue.take(card)) is not None:
+            handed[card].append(tasks[0].spec.key())
+            card = 1 - card
+    first, second, third = specs
+    assert handed[0][:4] == [first] * 4 and handed[1][:4] == [second] * 4
+    assert handed[0][4:] == [third] * 2 and handed[1][4:] == [third] * 2

@@ -226,7 +226,8 @@ def test_an_interval_holding_one_is_same_within_noise_and_saves_nothing() -> Non
     assert section.same_within_noise and section.saving_us == 0.0
     assert report.impact_ms() == 0.0
     text = render_terminal(report)
-    assert "SAME within noise (0.99× [0.97–1.02])" in summary_row(text, "matmul 1×896×896")
+    # the speed-up column's figure (baseline ÷ best), as in every other row
+    assert "SAME within noise (1.01× [0.98–1.03])" in summary_row(text, "matmul 1×896×896")
     assert "SAME within noise on 1" in text
     assert to_json(report)["specs"][0]["verdict"] == "same"
 

@@ -9,7 +9,7 @@ tiles, a dropped K tail.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -69,6 +69,47 @@ def test_self_overlap_is_not_credited() -> None:
     assert result.clocks.device.median_us > 2500  # 3 ms a call, not the 0.3 ms overlap
 
 
+class CarryOverRecorder:
+    """A card on which a replay runs slower after another recording's, for all of
+    its calls (an H100: cuBLAS's attention bmm 3.67 µs a call after the producer,
+    4.23 after the Triton candidate; the producer 1.38 after itself, 1.82 after a
+    candidate). Recordings are names; times are per call."""
+
+    COST: ClassVar = {"P": 1.4, "C": 3.7, "B": 3.7}
+    AFTER: ClassVar = {("C", "B"): 0.56, ("C", "P"): 0.44, ("B", "P"): 0.17}
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+
+    def record(self, steps: Any, warmup: int) -> Any:
+        return None
+
+    def replay(self, recording: str) -> None:
+        self.last = recording
+
+    def time_us(self, recording: str) -> float:
+        extra = self.AFTER.get((self.last or recording, recording), 0.0)
+        self.last = recording
+        return self.COST[recording] + extra
+
+    def sync(self) -> None:
+        return None
+
+
+def test_a_replay_is_not_timed_in_the_wake_of_another() -> None:
+    """Candidate and baseline equally fast: the ratio is 1.00 in every round, whatever
+    the previous replay left behind (timed after the rotating order's neighbour,
+    the rounds said 0.76 or 1.00 by their order)."""
+    from matprobe.harness.sampling import Contender, interleave
+
+    policy = TimingPolicy(min_samples=9, max_samples=9)
+    candidate = Contender("C", lambda i, o: None, None, recording="C")
+    baseline = Contender("B", lambda i, o: None, None, recording="B")
+    rounds = interleave(CarryOverRecorder(), "P", candidate, baseline, 1, policy)
+    assert rounds.ratio == (1.0, 1.0, 1.0)
+    assert rounds.candidate.median_us == pytest.approx(3.7 - 1.4)
+
+
 # ---- finding 2: every timed call is checked, on refilled inputs ---------------------------
 
 
@@ -82,6 +123,46 @@ def test_memoising_by_input_pointer_fails_on_refilled_inputs(key: str, dtype: st
     assert result.status is Status.FAIL
     assert "refilled inputs" in result.reason or "trial" in result.reason
     assert not result.ranked
+
+
+def test_each_candidate_of_a_spec_is_timed_on_values_no_earlier_one_saw() -> None:
+    """A spec's candidates share its timing bench (input sets, producer and baseline
+    recordings) — the same buffers, but drawn afresh for each candidate and refilled
+    for its replay check with values no earlier draw had: a kernel that memoised
+    answers by pointer, or baked them into its recording, finds no old problem."""
+    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.harness.validate import judged_trials
+    from matprobe.harness.variants import variant_family
+
+    seen: list[tuple[int, float]] = []
+
+    @variant_family(name="witness", ops=("matmul",), devices=("cpu",))
+    def witness(s: MatmulSpec, params: Any, device: DeviceInfo) -> Any:
+        def run(inputs: MatmulInputs, out: Any) -> None:
+            seen.append((inputs.a.data_ptr(), float(inputs.a.double().sum())))
+            out.copy_(fake_variants.exact(inputs))
+
+        return run
+
+    awkward = spec(AWKWARD)
+    timed: list[list[tuple[int, float]]] = []
+    for _ in range(3):
+        seen.clear()
+        result = measure_pair_safely(awkward, Variant(witness, ()), PairContext(CPU, FAST))
+        assert result.status is Status.PASS, result.reason
+        timed.append(seen[judged_trials(awkward, FAST.trials) :])  # after validation
+    for earlier, later in [(0, 1), (0, 2), (1, 2)]:
+        assert {ptr for ptr, _ in timed[earlier]} & {ptr for ptr, _ in timed[later]}
+        assert not {v for _, v in timed[earlier]} & {v for _, v in timed[later]}
+
+
+def test_memoising_candidates_one_after_another_all_fail() -> None:
+    """Three memoising candidates of one spec in one process (one bench): each fails
+    (in validation when the allocator hands a trial its predecessor's buffers)."""
+    for _ in range(3):
+        result = measure(spec(AWKWARD), "cheat.memo_pointer")
+        assert result.status is Status.FAIL
+        assert "refilled inputs" in result.reason or "trial" in result.reason
 
 
 def test_working_on_some_calls_only_fails_call_by_call() -> None:

@@ -33,8 +33,8 @@ from matprobe.harness.sampling import producer_sources
 from matprobe.harness.validate import compare_many, spec_tolerance
 from matprobe.spec import MatmulSpec
 
-#: Seeds of the refilled values (distinct from validation and timing seeds).
-REFILL_SEED = 9000
+#: Seed of the dependent chain's weights (the replay check's refills take fresh
+#: seeds: :func:`matprobe.harness.bench.fresh_seed`).
 CHAIN_SEED = 9500
 #: Dependent calls in a chain, and replays of it (each replay re-poisoned).
 CHAIN_LINKS = 24
@@ -75,12 +75,14 @@ def check_replay(
     calls: int,
     where: str,
     *,
+    seed: int,
     activation_quant: str | None = None,
 ) -> str | None:
-    """Refill, poison, replay once, check every call's output and the guards.
-    ``sources`` are the producer's sources (``−a`` per set), refilled to match;
-    ``activation_quant``: the family's declaration (see ``validate.spec_tolerance``)."""
-    refill_sets(sets, spec, REFILL_SEED)
+    """Refill (from ``seed``: values the recording was never made on), poison, replay
+    once, check every call's output and the guards. ``sources`` are the producer's
+    sources (``−a`` per set), refilled to match; ``activation_quant``: the family's
+    declaration (see ``validate.spec_tolerance``)."""
+    refill_sets(sets, spec, seed)
     copy_all(sources, producer_sources(sets))
     outputs.poison()
     recorder.sync()

@@ -31,8 +31,19 @@ from pathlib import Path
 
 #: The harness modules whose code decides a verdict or a time (with the numeric
 #: constants they define, which live in their text). Missing ones are skipped.
-#: ``sampling`` holds the device clock (the interleaved producer/candidate timing).
-MEASUREMENT_MODULES = ("inputs", "validate", "timing", "measure", "checks", "peaks", "sampling")
+#: ``sampling`` holds the device clock (the interleaved producer/candidate timing),
+#: ``bench`` the input sets it rotates over, ``draws`` the inputs' values.
+MEASUREMENT_MODULES = (
+    "inputs",
+    "draws",
+    "validate",
+    "timing",
+    "bench",
+    "measure",
+    "checks",
+    "peaks",
+    "sampling",
+)
 
 #: Where :data:`MEASUREMENT_MODULES` live: this package's directory.
 HARNESS_DIR = Path(__file__).resolve().parent

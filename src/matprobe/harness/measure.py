@@ -13,9 +13,10 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from typing import Any
 
+from matprobe.harness.bench import baseline_on, bench_for, fresh_seed
 from matprobe.harness.checks import check_chain, check_replay
 from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import GuardedOutputs, fresh_copy, make_input_sets, seeded_case
+from matprobe.harness.inputs import GuardedOutputs, fresh_copy, seeded_case
 from matprobe.harness.results import Clocks, ErrorKind, PairResult, Status
 from matprobe.harness.sampling import (
     Contender,
@@ -31,7 +32,6 @@ from matprobe.harness.timing import (
     TimingPolicy,
     calls_per_sample,
     gpu_clock_state,
-    rotation_count,
     time_host_cpu,
     time_host_cuda,
     time_kernels_profiler,
@@ -40,10 +40,8 @@ from matprobe.harness.validate import Validation, validate
 from matprobe.harness.variants import KernelFn, Variant
 from matprobe.spec import MatmulSpec
 
-#: Trials draw inputs from seeds VALIDATION_SEED + t; the timing sets after the first
-#: (TIMING_SEED's) are drawn together from TIMING_SEED + 1.
+#: Trials draw inputs from seeds VALIDATION_SEED + t (timing's: :mod:`~.bench`).
 VALIDATION_SEED = 1000
-TIMING_SEED = 5000
 #: Kernel-clock disagreement with the device clock worth a note.
 KERNEL_CLOCK_TOLERANCE = 0.10
 
@@ -131,9 +129,6 @@ def _torch_device(device: DeviceInfo) -> str:
         return f"cuda:{device.index}"
     return "mps" if device.kind == "mps" else "cpu"
 
-
-#: Most input sets an MPS sample rotates over (eager calls, one per set).
-MPS_MAX_SETS = 64
 
 #: What an MPS figure is, said on every MPS row.
 MPS_NOTE = (
@@ -268,22 +263,9 @@ def _time(
     declaration (the baseline's replay is judged without one)."""
     where = _torch_device(device)
     cuda = device.kind == "cuda"
-    first = fresh_copy(seeded_case(spec, TIMING_SEED, where).inputs, where)
-    n_sets = rotation_count(first.nbytes, device.l2_bytes, policy)
-    if device.kind == "mps":
-        # No graphs: every set is an eager call a sample; past this the host's
-        # encoding, not the GPU, sets the pace of a sample.
-        n_sets = min(n_sets, MPS_MAX_SETS)
-    sets = [first, *make_input_sets(spec, TIMING_SEED + 1, n_sets - 1, where)]
-    notes: list[str] = []
-    if device.kind != "cpu" and n_sets * first.nbytes < policy.cold_l2_factor * device.l2_bytes:
-        notes.append(f"rotation capped at {n_sets} sets: weights may be partly L2-resident")
-    # On the GPU a sample is a graph of many calls; on the CPU one round over the sets.
-    calls = calls_per_sample(n_sets, policy) if cuda else n_sets
-    sources = producer_sources(sets)
-    producer = recorder.record(
-        [producer_step(sources[i % n_sets], sets[i % n_sets]) for i in range(calls)], policy.warmup
-    )
+    bench = bench_for(spec, where, device.l2_bytes, policy, recorder, kind=device.kind)
+    sets, sources, calls, first = bench.sets, bench.sources, bench.calls, bench.first
+    notes = list(bench.notes)
 
     def contender(name: str, kernel: KernelFn) -> Contender:
         entry = Contender(name, kernel, GuardedOutputs(spec, where, calls))
@@ -292,25 +274,33 @@ def _time(
         )
         return entry
 
+    def replay_problem(entry: Contender, declared: str | None = None) -> str | None:
+        return check_replay(
+            spec, recorder, entry.recording, sets, sources, entry.outputs, calls, where,
+            seed=fresh_seed(), activation_quant=declared,
+        )  # fmt: skip
+
     candidate = contender("candidate", fn)
-    base = contender("baseline", baseline[1]) if baseline is not None else None
-    rounds = interleave(recorder, producer, candidate, base, calls, policy)
+    base, ratio_ok = None, baseline is not None
+    if baseline is not None:
+        # Recorded and checked once per bench: every candidate of the spec is
+        # interleaved with the same recording (the check then refilled the sets,
+        # and the next use draws them afresh).
+        recorded = baseline_on(
+            bench, baseline[0], lambda: contender("baseline", baseline[1]), replay_problem
+        )
+        base = recorded.contender
+        base.samples = []
+        if recorded.problem:
+            ratio_ok = False
+            notes.append(f"baseline failed its replay check here; no ratio ({recorded.problem})")
+    rounds = interleave(recorder, bench.producer, candidate, base, calls, policy)
     state = gpu_clock_state(device.index) if cuda else {}
-    failure = check_replay(
-        spec, recorder, candidate.recording, sets, sources, candidate.outputs, calls, where,
-        activation_quant=activation_quant,
-    )  # fmt: skip
+    failure = replay_problem(candidate, activation_quant)
     if failure:
         return Clocks(device=rounds.candidate, notes=tuple(notes)), failure
-    ratio = ratio_of(rounds, baseline[0]) if baseline is not None else None
-    if base is not None and (
-        problem := check_replay(
-            spec, recorder, base.recording, sets, sources, base.outputs, calls, where
-        )
-    ):
-        notes.append(f"baseline failed its replay check here; no ratio ({problem})")
-        ratio = None
-    del producer, candidate, base
+    ratio = ratio_of(rounds, baseline[0]) if baseline is not None and ratio_ok else None
+    del candidate, base
 
     hot_sources = producer_sources([first])
     hot_calls = calls_per_sample(1, policy) if cuda else 1

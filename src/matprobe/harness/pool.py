@@ -92,7 +92,8 @@ def with_card(result: PairResult, slot: DeviceSlot) -> PairResult:
     return replace(result, clocks=replace(result.clocks, notes=(*result.clocks.notes, note)))
 
 
-NextItem = Callable[[], Sequence[Task] | None]
+#: The next work item for the slot numbered so (None: no more); see ``work.WorkQueue``.
+NextItem = Callable[[int], Sequence[Task] | None]
 OnResultAt = Callable[[Task, PairResult, DeviceSlot], None]
 #: Measures one work item on a slot: ``(tasks, on_start, on_result, cancel)``.
 ItemRunner = Callable[[Sequence[Task], OnStart, OnResult, threading.Event], None]
@@ -150,7 +151,9 @@ def run_on_slots(
     card_peaks: str | None = None,
     **runner_options: Any,
 ) -> dict[str, dict[str, Any]]:
-    """Run work items on ``slots`` in parallel until ``next_item`` gives None.
+    """Run work items on ``slots`` in parallel until ``next_item`` gives None (it is
+    asked with the number of the slot the item is for: a card's next item may
+    depend on what it measured before).
 
     ``next_item``, ``on_start`` and ``on_result`` are called in this thread only.
     With the default ``runner`` each slot keeps one worker process for the whole
@@ -213,7 +216,7 @@ def run_on_slots(
 
     def feed(number: int) -> None:
         nonlocal exhausted
-        item = None if exhausted or failure is not None else next_item()
+        item = None if exhausted or failure is not None else next_item(number)
         if item is None:
             exhausted = True
         inboxes[number].put(item)

@@ -20,11 +20,12 @@ moment it arrives, so Ctrl-C or a crash loses nothing already measured.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TextIO
@@ -34,6 +35,7 @@ from matprobe.harness.results import PairResult, Status
 from matprobe.harness.store import ResultKey, ResultStore
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import SHIPPED_FACTORY, Variant
+from matprobe.harness.work import WorkQueue
 from matprobe.harness.worker import CARD_PEAKS, Task, Worker, run_tasks
 from matprobe.spec import MatmulSpec
 
@@ -211,32 +213,42 @@ class RunOutcome:
     card_peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-#: How often a run waiting for pairs another run holds looks at the store (s).
-CLAIM_POLL_S = 0.5
 #: Pairs of one family claimed (and handed to a card's worker) at a time when
 #: several cards share the run. Each card keeps one worker process, so an item
 #: costs no process start: small items keep the cards busy to the end (with a
 #: card's share of each family as one item, four H100s finished 18–50 pairs each,
 #: 0.339× one card's time; BENCHMARKS.md).
 CLAIM_CHUNK = 4
-#: The same on one card: None, a whole family at a time (two runs on one store
-#: then share family by family).
+#: The same on one card: None, a family's pairs on one spec at a time (two runs on
+#: one store then share spec by spec).
 SOLO_CLAIM_CHUNK: int | None = None
 
 
 def _chunks(
     pairs: Sequence[tuple[int, PlannedPair]], size: int | None, cards: int = 1
 ) -> list[list[tuple[int, PlannedPair]]]:
-    """The pairs by family (a worker's batch), cut into chunks of ``size`` (None:
-    whole); over several ``cards`` the most work first, so the cards finish together."""
+    """Work items, each of one family's pairs (a worker's batch), at most ``size``.
+
+    One card: in the plan's order, spec by spec — every family on a spec in turn,
+    so the worker builds the spec's timing bench once (:mod:`~.bench`), where
+    family by family it built each spec's again for every family. Several
+    ``cards``: each family's pairs in chunks of ``size``, the most work first, so
+    the cards finish together (:class:`~.work.WorkQueue` keeps each card on its spec)."""
+    if cards == 1:
+        runs = itertools.groupby(pairs, key=lambda ip: (ip[1].variant.family.name, ip[1].spec))
+        return [chunk for _, run in runs for chunk in _cut(list(run), size)]
     by_family: dict[str, list[tuple[int, PlannedPair]]] = defaultdict(list)
     for index, pair in pairs:
         by_family[pair.variant.family.name].append((index, pair))
-    chunks = []
-    for group in by_family.values():
-        step = size or len(group)
-        chunks += [group[start : start + step] for start in range(0, len(group), step)]
-    return sorted(chunks, key=_chunk_work, reverse=True) if cards > 1 else chunks
+    chunks = [chunk for group in by_family.values() for chunk in _cut(group, size)]
+    return sorted(chunks, key=_chunk_work, reverse=True)
+
+
+def _cut(
+    group: list[tuple[int, PlannedPair]], size: int | None
+) -> list[list[tuple[int, PlannedPair]]]:
+    step = size or len(group)
+    return [group[start : start + step] for start in range(0, len(group), step)]
 
 
 def _chunk_work(chunk: Sequence[tuple[int, PlannedPair]]) -> int:
@@ -283,9 +295,10 @@ def execute(
     to_run = [(i, p) for i, p in enumerate(plan.pairs) if p.state is PairState.RUN]
     earlier = store.get_many([p.key for _, p in to_run if p.key is not None])
 
-    def tasks_of(pairs: Sequence[tuple[int, PlannedPair]]) -> list[list[Task]]:
+    def tasks_of(indices: Sequence[int]) -> list[list[Task]]:
         by_family: dict[str, list[Task]] = defaultdict(list)
-        for index, pair in pairs:
+        for index in indices:
+            pair = plan.pairs[index]
             base = (baselines or {}).get(pair.spec.kind)
             if base is not None and base.unsupported_reason(pair.spec, device) is not None:
                 base = None
@@ -306,34 +319,23 @@ def execute(
         if progress is not None:
             progress.advance()
 
-    def work() -> Iterator[list[Task]]:
-        """One family's tasks at a time, claimed just before they are handed out."""
-        waiting: list[tuple[int, PlannedPair]] = []
-        cards = ray.capacity if ray is not None else len(slots) if slots else 1
-        size = CLAIM_CHUNK if cards > 1 else SOLO_CLAIM_CHUNK
-        for chunk in _chunks(to_run, size, cards):
-            mine = store.claim([p.key for _, p in chunk if p.key is not None], run_id)
-            yield from tasks_of([(i, p) for i, p in chunk if p.key is None or p.key in mine])
-            waiting += [(i, p) for i, p in chunk if p.key is not None and p.key not in mine]
-        while waiting:
-            found = store.get_many([p.key for _, p in waiting if p.key is not None])
-            still = []
-            for index, pair in waiting:
-                assert pair.key is not None
-                result = found.get(pair.key)
-                if result is not None and result != earlier.get(pair.key):
-                    outcome.results[(pair.spec.key(), pair.variant.id)] = result
-                    outcome.shared += 1
-                    if progress is not None:
-                        progress.advance()
-                else:
-                    still.append((index, pair))
-            # What no live run holds any more (it ended, or died) is this run's to do.
-            taken = store.claim([p.key for _, p in still if p.key is not None], run_id)
-            yield from tasks_of([(i, p) for i, p in still if p.key in taken])
-            waiting = [(i, p) for i, p in still if p.key not in taken]
-            if waiting and not taken:
-                time.sleep(CLAIM_POLL_S)
+    def on_shared(index: int, result: PairResult) -> None:
+        pair = plan.pairs[index]
+        outcome.results[(pair.spec.key(), pair.variant.id)] = result
+        outcome.shared += 1
+        if progress is not None:
+            progress.advance()
+
+    cards = ray.capacity if ray is not None else len(slots) if slots else 1
+    size = CLAIM_CHUNK if cards > 1 else SOLO_CLAIM_CHUNK
+    work = WorkQueue(
+        [[(i, p.key, p.spec.key()) for i, p in chunk] for chunk in _chunks(to_run, size, cards)],
+        store,
+        run_id,
+        tasks_of,
+        on_shared,
+        earlier,
+    )
 
     options: dict[str, Any] = {
         "factory": factory,
@@ -346,19 +348,15 @@ def execute(
         if ray is not None:
             from matprobe.harness.ray_pool import run_on_ray
 
-            items = work()
-            run_on_ray(
-                lambda: next(items, None), ray, on_start=on_start, on_result=on_result, **options
-            )
+            run_on_ray(work.take, ray, on_start=on_start, on_result=on_result, **options)
         elif slots is not None and len(slots) > 1:
             from matprobe.harness.pool import run_on_slots, with_card
 
             def on_result_at(task: Task, result: PairResult, slot: DeviceSlot) -> None:
                 on_result(task, with_card(result, slot))
 
-            items = work()
             outcome.card_peaks = run_on_slots(
-                lambda: next(items, None),
+                work.take,
                 slots,
                 on_start=on_start,
                 on_result=on_result_at,
@@ -374,14 +372,14 @@ def execute(
             worker = Worker(device=where, measure_peaks=peaks, **options)
             try:
                 with worker:
-                    for tasks in work():
+                    while (tasks := work.take()) is not None:
                         worker.run(tasks, on_start=on_start, on_result=on_result)
             finally:  # an interrupted run's report still has its card's ceilings
                 if worker.peaks is not None:
                     outcome.card_peaks = {f"cuda:{where.index}": worker.peaks}
         else:  # a custom runner (tests): called once per family
             where = slots[0].device if slots else device
-            for tasks in work():
+            while (tasks := work.take()) is not None:
                 runner(tasks, device=where, on_start=on_start, on_result=on_result, **options)
     except KeyboardInterrupt:
         outcome.interrupted = True

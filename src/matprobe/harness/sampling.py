@@ -19,6 +19,17 @@ candidate and the baseline see the same card state, clocks and neighbours
 within milliseconds of each other; the ratio of each round gives a ratio with
 a distribution-free confidence interval (:func:`matprobe.stats.median_ci`).
 
+Each timed replay follows an untimed replay of the same recording: a replay's
+time depends on the recording before it, for the whole replay. On an H100
+(benchmarks/round_order_probe.py, BENCHMARKS.md) cuBLAS's attention bmm took
+3.67 µs a call after the producer but 4.23 after the Triton candidate, and the
+producer 1.38 after itself but 1.82 after a candidate — so the per-round ratio
+was bimodal (0.77 or 1.00 by the round's order) and the producer's subtracted
+time too large. After itself, every recording took the same time at every
+place in the round, and the ratio was one mode (1.02, not the 0.79 median of
+the rotating order; o_proj's 0.68, not 0.64). Each contender is timed in its
+own steady state; the warm replays double the device time of a round.
+
 Every call writes its own output (decode outputs are tiny), so a replay can be
 checked call by call (see :mod:`matprobe.harness.checks`).
 
@@ -29,6 +40,7 @@ sampling loop, the producer and the checks are the same code on both.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -127,23 +139,44 @@ def recorder_for(kind: str) -> Recorder:
 
 class CudaRecorder:
     """CUDA: warm up on a side stream (compilation, autotuning, handles), capture the
-    steps into one CUDA graph, time a replay between two events."""
+    steps into one CUDA graph on that stream, time a replay between two events.
+
+    One warm-up pass over the steps: what must happen before a capture (a kernel's
+    compilation, cuBLAS's workspace) happens on a step's first call; clocks and
+    caches warm up in the timed rounds, which interleave every recording. The
+    capture calls ``capture_begin``/``capture_end`` itself: ``torch.cuda.graph``
+    also empties the allocator's cache first, which returns every cached block
+    to the driver (and the next pair allocates it again) — 0.08 s a capture on
+    an H100 after a spec's sets were freed."""
+
+    def __init__(self) -> None:
+        self._stream: Any = None
 
     def record(self, steps: Sequence[Step], warmup: int) -> Any:
         import torch
 
-        stream = torch.cuda.Stream()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        stream = self._stream
         stream.wait_stream(torch.cuda.current_stream())
+        graph = torch.cuda.CUDAGraph()
         with torch.cuda.stream(stream):
-            for _ in range(warmup):
+            for _ in range(min(warmup, 1)):
                 for step in steps:
                     step()
+            stream.synchronize()
+            graph.capture_begin()
+            try:
+                for step in steps:
+                    step()
+            except BaseException:
+                # End the capture so the stream is usable again; the step's error
+                # is the one worth reporting, not the invalidated capture's.
+                with contextlib.suppress(Exception):
+                    graph.capture_end()
+                raise
+            graph.capture_end()
         torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for step in steps:
-                step()
         torch.cuda.synchronize()
         graph.replay()  # the first replays upload the graph
         torch.cuda.synchronize()
@@ -261,7 +294,10 @@ def interleave(
     while not _enough(candidate.samples, ratios, started, policy):
         order = names[index % len(names) :] + names[: index % len(names)]
         index += 1
-        times = {name: recorder.time_us(recordings[name]) for name in order}
+        times = {}
+        for name in order:
+            recorder.replay(recordings[name])  # the warm replay (see the module doc)
+            times[name] = recorder.time_us(recordings[name])
         for contender in contenders:
             contender.samples.append(max(times[contender.name] - times["producer"], 0.0) / calls)
         if baseline is not None:
