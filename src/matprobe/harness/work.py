@@ -29,7 +29,7 @@ AFFINITY_LOOKAHEAD = 16
 #: How often a run waiting for pairs another run holds looks at the store (s).
 CLAIM_POLL_S = 0.5
 
-#: One pair of a chunk: the caller's index and its spec key, result key and task maker.
+#: A chunk's pairs: (the caller's index of the pair, its result key, its spec key).
 Chunk = Sequence[tuple[int, ResultKey | None, str]]
 
 
