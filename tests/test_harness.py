@@ -8,6 +8,7 @@ import json
 import math
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -518,6 +519,39 @@ def test_two_runs_on_one_store_share_the_work(
         assert len(outcome.results) == len(specs)
         assert outcome.fresh + outcome.shared == len(specs)
     assert {run for run, _ in measured} == {o.run_id for o in outcomes}  # both did some
+
+
+def test_a_pair_another_run_measured_and_released_is_taken_not_measured_again(
+    tmp_path: Path,
+) -> None:
+    """Run B planned a pair; run A measured it, stored it and ended (its claims void)
+    before B got to it: B's claim succeeds, and B takes A's row instead of measuring
+    the pair a second time (found on CI: two runs on one store measured a pair twice)."""
+    from matprobe.harness.work import WorkQueue
+
+    pair_spec = spec_of(n=9)
+    with ResultStore(tmp_path / "s.db") as store:
+        plan = make_plan([pair_spec], [variant("fake.exact")], CPU, FAST, store)
+        (pair,) = plan.pairs
+        assert pair.key is not None
+        earlier = store.get_many([pair.key])  # B's view when it planned: nothing
+        first = store.start_run("A", {})
+        store.put(replace(measure(pair_spec, pair.variant), run_id=first))
+        store.finish_run(first, "done")
+        shared: list[tuple[int, Any]] = []
+        second = store.start_run("B", {})
+        work = WorkQueue(
+            [[(0, pair.key, pair_spec.key())]],
+            store,
+            second,
+            lambda indices: (
+                [[Task(i, pair_spec, pair.variant) for i in indices]] if indices else []
+            ),
+            lambda index, result: shared.append((index, result)),
+            earlier,
+        )
+        assert work.take() is None  # nothing left to measure
+        assert [(i, r.run_id) for i, r in shared] == [(0, first)]
 
 
 def test_a_claim_of_a_run_that_ended_is_void(tmp_path: Path) -> None:

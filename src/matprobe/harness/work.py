@@ -56,6 +56,8 @@ class WorkQueue:
         self._tasks_of, self._on_shared, self._earlier = tasks_of, on_shared, earlier
         #: the spec each card was handed last
         self._spec_of: dict[int, str] = {}
+        #: pairs found measured by another run when this one claimed them
+        self._done: set[ResultKey] = set()
 
     def take(self, card: int = 0) -> list[Task] | None:
         """The next task list for ``card`` (None: nothing is left)."""
@@ -83,9 +85,27 @@ class WorkQueue:
 
     def _claim(self, chunk: Chunk) -> None:
         keys = [key for _, key, _ in chunk if key is not None]
-        mine = self._store.claim(keys, self._run_id)
+        mine = self._take(keys, [i for i, key, _ in chunk if key is not None])
         self._ready.extend(self._tasks_of([i for i, key, _ in chunk if key is None or key in mine]))
-        self._waiting += [(i, key) for i, key, _ in chunk if key is not None and key not in mine]
+        self._waiting += [
+            (i, key)
+            for i, key, _ in chunk
+            if key is not None and key not in mine and key not in self._done
+        ]
+
+    def _take(self, keys: Sequence[ResultKey], indices: Sequence[int]) -> set[ResultKey]:
+        """The keys this run claims and is to measure. A claim succeeds once its holder
+        has ended, so a pair another run measured and released since this run's plan
+        is claimed too: its stored row is taken instead of measuring it again."""
+        mine = self._store.claim(keys, self._run_id)
+        found = self._store.get_many([key for key in keys if key in mine])
+        for index, key in zip(indices, keys, strict=True):
+            result = found.get(key)
+            if key in mine and result is not None and result != self._earlier.get(key):
+                self._on_shared(index, result)
+                mine.discard(key)
+                self._done.add(key)
+        return mine
 
     def _poll_waiting(self) -> None:
         """Take what other runs finished; claim what no live run holds any more (it
@@ -98,8 +118,8 @@ class WorkQueue:
                 self._on_shared(index, result)
             else:
                 still.append((index, key))
-        taken = self._store.claim([key for _, key in still], self._run_id)
+        taken = self._take([key for _, key in still], [i for i, _ in still])
         self._ready.extend(self._tasks_of([i for i, key in still if key in taken]))
-        self._waiting = [(i, key) for i, key in still if key not in taken]
+        self._waiting = [(i, key) for i, key in still if key not in taken | self._done]
         if self._waiting and not taken:
             time.sleep(CLAIM_POLL_S)
