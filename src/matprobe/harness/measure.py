@@ -281,7 +281,7 @@ def _time(
         )  # fmt: skip
 
     candidate = contender("candidate", fn)
-    base, ratio_ok = None, baseline is not None
+    base, baseline_problem = None, None
     if baseline is not None:
         # Recorded and checked once per bench: every candidate of the spec is
         # interleaved with the same recording (the check then refilled the sets,
@@ -289,17 +289,15 @@ def _time(
         recorded = baseline_on(
             bench, baseline[0], lambda: contender("baseline", baseline[1]), replay_problem
         )
-        base = recorded.contender
-        base.samples = []
-        if recorded.problem:
-            ratio_ok = False
-            notes.append(f"baseline failed its replay check here; no ratio ({recorded.problem})")
+        base, baseline_problem = recorded.contender, recorded.problem
+        if baseline_problem:
+            notes.append(f"baseline failed its replay check here; no ratio ({baseline_problem})")
     rounds = interleave(recorder, bench.producer, candidate, base, calls, policy)
     state = gpu_clock_state(device.index) if cuda else {}
     failure = replay_problem(candidate, activation_quant)
     if failure:
         return Clocks(device=rounds.candidate, notes=tuple(notes)), failure
-    ratio = ratio_of(rounds, baseline[0]) if baseline is not None and ratio_ok else None
+    ratio = None if baseline is None or baseline_problem else ratio_of(rounds, baseline[0])
     del candidate, base
 
     hot_sources = producer_sources([first])

@@ -255,7 +255,7 @@ def run_on_slots(
         raise
     if failure is not None:
         raise failure
-    return dict(sorted(peaks.items(), key=lambda item: [s.label for s in slots].index(item[0])))
+    return {slot.label: peaks[slot.label] for slot in slots if slot.label in peaks}
 
 
 def card_peaks_note(peaks: dict[str, dict[str, Any]], used: str) -> str:

@@ -286,6 +286,8 @@ def interleave(
     order rotating each round) until the stop rule; per-call device times with the
     producer subtracted, and per-round candidate/baseline ratios."""
     contenders = [candidate] + ([baseline] if baseline is not None else [])
+    for contender in contenders:  # a baseline recording serves many candidates' rounds
+        contender.samples = []
     names = ["producer", *(c.name for c in contenders)]
     recordings = {"producer": producer, **{c.name: c.recording for c in contenders}}
     ratios: list[float] = []

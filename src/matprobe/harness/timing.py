@@ -44,6 +44,8 @@ class TimingPolicy:
     budget_s: float = 0.2
     min_calls_per_sample: int = 20
     host_samples: int = 50
+    #: warm-up passes before a recording where the recorder needs several (MPS builds
+    #: a Metal pipeline per new shape); CUDA graphs and the CPU take one pass
     warmup: int = 3
     kernel_clock: bool = False
     trials: int = 3

@@ -350,12 +350,17 @@ class Registry:
         raise _unknown("variant", variant_id, (v.id for v in family.variants()))
 
 
+def import_ref(ref: str, default: str = "") -> Any:
+    """``"package.module:name"`` → that object of the module (``default`` when the
+    reference names none)."""
+    module_name, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module_name), attr or default)
+
+
 def resolve_factory(factory: str) -> Registry:
     """``"package.module:function"`` → the Registry that function returns (or the
     Registry object the module holds under that name; ``registry`` by default)."""
-    module_name, _, attr = factory.partition(":")
-    module = importlib.import_module(module_name)
-    found = getattr(module, attr or "registry")
+    found = import_ref(factory, "registry")
     registry = found() if callable(found) else found
     if not isinstance(registry, Registry):
         raise MatprobeError(

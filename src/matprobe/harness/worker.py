@@ -25,7 +25,6 @@ to measure them, else None), ``("start", index)`` and ``("done", index, result)`
 from __future__ import annotations
 
 import contextlib
-import importlib
 import multiprocessing
 import os
 import signal
@@ -49,7 +48,13 @@ from matprobe.harness.measure import (
 )
 from matprobe.harness.results import ErrorKind, PairResult
 from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import SHIPPED_FACTORY, Registry, Variant, registry_with_plugins
+from matprobe.harness.variants import (
+    SHIPPED_FACTORY,
+    Registry,
+    Variant,
+    import_ref,
+    registry_with_plugins,
+)
 from matprobe.spec import MatmulSpec
 
 #: Seconds a fresh worker may take to import torch/triton before it says it is ready.
@@ -170,8 +175,7 @@ def _worker_main(
 
 def _call(ref: str) -> dict[str, Any]:
     """``"module:function"`` imported and called: the dict it returns."""
-    module_name, _, name = ref.partition(":")
-    return dict(getattr(importlib.import_module(module_name), name)())
+    return dict(import_ref(ref)())
 
 
 def _measure_item(
