@@ -17,8 +17,7 @@ from collections import defaultdict
 
 from matprobe.harness.bench import bench_for
 from matprobe.harness.device import detect
-from matprobe.harness.inputs import GuardedOutputs
-from matprobe.harness.sampling import Contender, calls_steps, recorder_for
+from matprobe.harness.sampling import recorder_for
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import registry_with_plugins
 from matprobe.spec import MatmulSpec
@@ -48,13 +47,12 @@ def main() -> None:
         spec = MatmulSpec.parse(text)
         bench = bench_for(spec, "cuda:0", device.l2_bytes, policy, recorder, kind="cuda")
         recordings = {"P": bench.producer}
+        kept = []
         for label, variant in (("C", registry.family(family).variants()[0]), ("B", base_variant)):
             fn = variant.build(spec, device)
-            outs = GuardedOutputs(spec, "cuda:0", bench.calls)
-            entry = Contender(label, fn, outs)
-            steps = calls_steps(fn, bench.sets, outs.views, bench.sources, bench.calls)
-            recordings[label] = recorder.record(steps, 1)
-            del entry
+            outs = bench.outputs()
+            kept.append(outs)  # the recording writes into them
+            recordings[label] = recorder.record(bench.steps(fn, outs), 1)
         for warm in ("none", "producer", "self"):
             by_place: dict[tuple[str, int], list[float]] = defaultdict(list)
             ratios = []

@@ -12,6 +12,7 @@ choose either way.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import os
 from pathlib import Path
@@ -22,6 +23,21 @@ from matprobe.harness.device import cuda_available
 
 if "TRITON_INTERPRET" not in os.environ and not cuda_available():
     os.environ["TRITON_INTERPRET"] = "1"
+
+
+@pytest.fixture(autouse=True)
+def _same_draws_in_every_test() -> None:
+    """Every test starts its process's draws from one run seed (a run takes its own
+    from the OS): a test's values do not depend on which tests ran before it.
+    Tests of the seeds themselves set others."""
+    from matprobe.harness import seeds
+
+    if importlib.util.find_spec("torch") is not None:
+        seeds.restart(TEST_SEED)
+
+
+#: The run seed every test starts from (see ``_same_draws_in_every_test``).
+TEST_SEED = 20261127
 
 #: Copies of the user's analyzer summaries (``seeds/000``, ``001``, ``003``): the
 #: tests' data lives in the repo, never beside it.

@@ -133,13 +133,15 @@ def cheat_first_seed(spec: MatmulSpec, params: Mapping[str, Any], device: Device
 
 @variant_family(name="cheat.one_element", ops=ALL_OPS)
 def cheat_one_element(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
-    """Right everywhere but one element, which is off by 50 %: norm-wise error is
-    tiny on a big output, so only the per-element check can catch it."""
+    """Right everywhere but one element of typical size (the median |value|), which
+    is off by 50 %: norm-wise error is tiny on a big output, so only the
+    per-element check can catch it."""
 
     def run(inputs: MatmulInputs, out: Any) -> None:
         result = exact(inputs)
         flat = result.view(-1)
-        flat[flat.numel() // 3] *= 1.5
+        typical = (flat.abs() - flat.abs().median()).abs().argmin()
+        flat[typical] *= 1.5
         out.copy_(result)
 
     return run
@@ -354,6 +356,108 @@ def cheat_pdl_early_x(spec: MatmulSpec, params: Mapping[str, Any], device: Devic
     return run
 
 
+@variant_family(name="cheat.nan_aware", ops=ALL_OPS)
+def cheat_nan_aware(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+    """Does the work only when its output holds NaN — the poison a harness fills the
+    outputs of judged calls with — and nothing on other calls (issue 20: on an
+    H100 its Triton form PASSed and ranked 0.14–0.28× of cuBLAS)."""
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        if bool(torch.isnan(out).any()):
+            out.copy_(exact(inputs))
+
+    return run
+
+
+#: Functions whose presence on the call stack marks a judged call to the cheater below.
+_JUDGES = {"validate_pair", "check_replay", "check_chain", "validate"}
+
+
+@variant_family(name="cheat.judged_only", ops=ALL_OPS)
+def cheat_judged_only(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+    """Honest when one of the harness's checks is on its call stack, idle otherwise: a
+    kernel that tells judged calls from timed ones by anything it can see (here its
+    callers; on a GPU the output's contents or allocation)."""
+    import sys
+
+    def judged() -> bool:
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_name in _JUDGES:
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+        return False
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        if judged():
+            out.copy_(exact(inputs))
+
+    return run
+
+
+@variant_family(name="cheat.precompute", ops=ALL_OPS)
+def cheat_precompute(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+    """No arithmetic when called: its (untimed) builder regenerates the harness's
+    validation problems with matprobe's own draw functions — knowing the run's seed
+    and the process's counter of fresh seeds, the most a kernel in the harness's
+    process can know — and precomputes their answers; a call copies the answer to
+    a problem it has seen by its ``x`` and writes nothing otherwise."""
+    import copy
+
+    from matprobe.harness import seeds
+    from matprobe.harness.inputs import fresh_x, seeded_case
+
+    case = seeded_case(spec, seeds.derived("validation"), "cpu")
+    ahead = copy.copy(seeds._fresh)  # the counter's next values, not consumed
+    answers: dict[bytes, torch.Tensor] = {}
+    for _ in range(64):
+        x = fresh_x(case.inputs, seeds.derived("fresh", next(ahead)))
+        answers[_key_of(x)] = exact(replace(case.inputs, a=x))
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        answer = answers.get(_key_of(inputs.a))
+        if answer is not None:
+            out.copy_(answer)
+
+    return run
+
+
+def _key_of(x: torch.Tensor) -> bytes:
+    return x.detach().to("cpu", torch.float32).numpy().tobytes()
+
+
+#: Calls of :func:`cheat_memo_values` answered from its memory (the harness must keep
+#: this at 0: no call may meet a problem an earlier call had).
+MEMO_HITS: list[int] = [0]
+
+
+@variant_family(name="cheat.memo_values", ops=ALL_OPS)
+def cheat_memo_values(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+    """Memoises its answers by a few input values — honest on a miss, instant on a
+    hit (issue 20: on an H100 it PASSed and won 0.19–0.36×, and a token with its
+    dispatch table passed too). Counts its hits in :data:`MEMO_HITS`."""
+    memory: dict[tuple[float, ...], torch.Tensor] = {}
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        key = tuple(inputs.a.reshape(-1)[:4].tolist() + inputs.b.reshape(-1)[:4].tolist())
+        if key in memory:
+            MEMO_HITS[0] += 1
+            out.copy_(memory[key])
+            return
+        memory[key] = exact(inputs).to(out.dtype)
+        out.copy_(memory[key])
+
+    return run
+
+
+#: Cheaters of issue 20: they tell judged calls from timed ones, or meet old problems.
+JUDGED_CALL_CHEATERS: tuple[VariantFamily, ...] = (
+    cheat_nan_aware,
+    cheat_judged_only,
+    cheat_precompute,
+)
+
+
 CHEATERS: tuple[VariantFamily, ...] = (
     cheat_zeros,
     cheat_half,
@@ -380,6 +484,8 @@ FAMILIES: tuple[VariantFamily, ...] = (
     *CHEATERS,
     *TIMED_CHEATERS,
     *ARITHMETIC_CHEATERS,
+    *JUDGED_CALL_CHEATERS,
+    cheat_memo_values,
     cheat_side_stream,
     fake_flaky,
     fake_broken,

@@ -8,7 +8,17 @@
 * ``cheat.gpu_half_running_sum`` — fp32 within a K tile, the running sum in the
   output dtype across tiles;
 * ``cheat.gpu_memo_capture`` — memoises its answer by input pointers on the host:
-  a captured graph replays a copy of a stale answer.
+  a captured graph replays a copy of a stale answer;
+* ``cheat.gpu_nan_aware`` — computes only where its output holds NaN (the poison a
+  harness used to mark judged calls with) and stores nothing elsewhere (issue 20:
+  it PASSed on an H100 and ranked 0.14–0.28× of cuBLAS);
+* ``cheat.gpu_pdl_early_x_undeclared`` — ``cheat.gpu_pdl_early_x`` without the
+  ``pdl`` parameter that declared its early launch (issue 20: it skipped the
+  dependent-chain check and PASSed);
+* ``cheat.gpu_memo_values`` — remembers, per input buffer, the first four values of
+  the last ``x`` it saw and its answer; when they match it copies the answer
+  instead of reading W (honest on a miss; issue 20: it won 0.19–0.36×). Its hits
+  are counted on the card (``MEMO_HITS``).
 """
 
 from __future__ import annotations
@@ -39,9 +49,16 @@ def _gemv(  # Triton's constexpr parameters are upper case by convention
     PDL: tl.constexpr,  # noqa: N803
     MASK_STORE: tl.constexpr,  # noqa: N803
     HALF_SUM: tl.constexpr,  # noqa: N803
+    NAN_AWARE: tl.constexpr = False,  # noqa: N803
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = rows < n
+    if NAN_AWARE:  # the cheat: no work unless the output looks judged (NaN-poisoned)
+        held = tl.load(out_ptr + rows, mask=mask_n, other=0.0)
+        poisoned = held != held
+        mask_n = mask_n & poisoned
+        if tl.sum(poisoned.to(tl.int32)) == 0:
+            return
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -104,6 +121,8 @@ def _gemv_family(
     pdl: bool = False,
     mask_store: bool = True,
     half_sum: bool = False,
+    nan_aware: bool = False,
+    declared: bool = True,
 ) -> VariantFamily:
     def build(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
         n, k = spec.n_total, spec.k
@@ -125,13 +144,14 @@ def _gemv_family(
                 PDL=pdl,
                 MASK_STORE=mask_store,
                 HALF_SUM=half_sum,
+                NAN_AWARE=nan_aware,
                 **extra,
             )
 
         return run
 
     build.__doc__ = name
-    grid = {"pdl": (1,)} if pdl else {}
+    grid = {"pdl": (1,)} if pdl and declared else {}
     return variant_family(
         name=name,
         ops=("matmul",),
@@ -146,6 +166,81 @@ PDL_HONEST = _gemv_family("fake.gpu_pdl", pdl=True)
 PDL_EARLY_X = _gemv_family("cheat.gpu_pdl_early_x", pdl=True, early_x=True)
 UNMASKED_STORE = _gemv_family("cheat.gpu_unmasked_store", mask_store=False)
 HALF_RUNNING_SUM = _gemv_family("cheat.gpu_half_running_sum", half_sum=True)
+NAN_AWARE = _gemv_family("cheat.gpu_nan_aware", nan_aware=True)
+PDL_EARLY_X_UNDECLARED = _gemv_family(
+    "cheat.gpu_pdl_early_x_undeclared", pdl=True, early_x=True, declared=False
+)
+
+
+@triton.jit
+def _memo_gemv(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    seen_ptr,  # the first 4 values of the x last answered (fp32)
+    answer_ptr,  # that answer (fp32, n)
+    hits_ptr,  # int32 counter of calls answered from memory
+    n,
+    k,
+    BLOCK_N: tl.constexpr,  # noqa: N803
+    BLOCK_K: tl.constexpr,  # noqa: N803
+):
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = rows < n
+    four = tl.arange(0, 4)
+    x4 = tl.load(x_ptr + four).to(tl.float32)
+    same = tl.sum((x4 == tl.load(seen_ptr + four)).to(tl.int32)) == 4
+    if same:
+        tl.store(out_ptr + rows, tl.load(answer_ptr + rows, mask=mask_n), mask=mask_n)
+        if tl.program_id(0) == 0:
+            tl.atomic_add(hits_ptr, 1)
+    else:
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for k0 in range(0, k, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            mask_k = offs_k < k
+            x = tl.load(x_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+            w = tl.load(
+                w_ptr + rows[:, None] * k + offs_k[None, :],
+                mask=mask_n[:, None] & mask_k[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            acc += tl.sum(w * x[None, :], axis=1)
+        tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
+        tl.store(answer_ptr + rows, acc.to(out_ptr.dtype.element_ty).to(tl.float32), mask=mask_n)
+        # (blocks race on this: a real memoiser would be no better behaved)
+        tl.store(seen_ptr + four, x4)
+
+
+#: calls answered from memory by ``cheat.gpu_memo_values`` in this process (on the card)
+MEMO_HITS = torch.zeros(1, dtype=torch.int32, device="cuda")
+
+
+@variant_family(
+    name="cheat.gpu_memo_values",
+    ops=("matmul",),
+    devices=("cuda",),
+    supports=_supports,
+    dtypes=("f16", "bf16"),
+)
+def memo_values(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+    n, k = spec.n_total, spec.k
+    assert n is not None and k is not None
+    memory: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        key = inputs.a.data_ptr()
+        if key not in memory:
+            memory[key] = (
+                torch.full((4,), float("nan"), device=out.device),
+                torch.zeros(n, device=out.device),
+            )
+        seen, answer = memory[key]
+        _memo_gemv[(triton.cdiv(n, 64),)](
+            inputs.a, inputs.b, out, seen, answer, MEMO_HITS, n, k, BLOCK_N=64, BLOCK_K=128
+        )
+
+    return run
 
 
 @variant_family(
@@ -173,7 +268,10 @@ FAMILIES: tuple[VariantFamily, ...] = (
     PDL_EARLY_X,
     UNMASKED_STORE,
     HALF_RUNNING_SUM,
+    NAN_AWARE,
+    PDL_EARLY_X_UNDECLARED,
     memo_capture,
+    memo_values,
 )
 
 

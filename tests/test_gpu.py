@@ -179,6 +179,66 @@ def test_reading_x_before_gdc_wait_fails_the_dependent_chain(spec: MatmulSpec) -
     assert result.reason.startswith("dependent chain"), result.reason
 
 
+# ---- issue 20: every timed call is a judged call (each of these PASSed on main f5ced8b) ----
+
+QWEN_GEMVS = [GEMV, O_PROJ, MatmulSpec.parse(
+    "op=matmul | batch=1 | m=1 | n=896 | k=4864 | tA=0 | tB=1 | dtype=f16"
+)]  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", QWEN_GEMVS)
+@pytest.mark.parametrize(
+    "family",
+    [
+        gpu_cheaters.NAN_AWARE,
+        fake_variants.cheat_nan_aware,
+        fake_variants.cheat_judged_only,
+        fake_variants.cheat_precompute,
+    ],
+)
+def test_kernels_that_work_only_when_judged_fail_on_the_gpu(family, spec: MatmulSpec) -> None:  # type: ignore[no-untyped-def]
+    """(The precomputing builder's lookup reads x on the host: inside a CUDA graph
+    capture that is an ERROR — never a PASS either.)"""
+    result = measure(spec, family, baseline=torch_matmul)
+    assert result.status is not Status.PASS, (family.name, result.reason)
+    assert result.status is Status.FAIL or family is fake_variants.cheat_precompute
+    assert not result.ranked
+
+
+@pytest.mark.skipif(NO_PDL, reason="PDL needs compute capability ≥ 9.0")
+@pytest.mark.parametrize("spec", [O_PROJ, AWKWARD.with_dtype("bf16")])
+def test_an_undeclared_early_launcher_is_checked_in_the_chain_too(spec: MatmulSpec) -> None:
+    result = measure(spec, gpu_cheaters.PDL_EARLY_X_UNDECLARED)
+    assert not result.variant_id.endswith("pdl1")  # nothing in its name says it launches early
+    assert result.status is Status.FAIL
+    assert result.reason.startswith("dependent chain"), result.reason
+
+
+@pytest.mark.parametrize("spec", QWEN_GEMVS)
+def test_a_gemv_memoising_by_a_few_values_never_hits(spec: MatmulSpec) -> None:
+    """Honest on a miss: it passes, since it did the work — and on the card it never
+    met an x it had seen, so it never answered from memory."""
+    gpu_cheaters.MEMO_HITS.zero_()
+    result = measure(spec, gpu_cheaters.memo_values, baseline=torch_matmul)
+    assert result.status is Status.PASS, result.reason
+    assert int(gpu_cheaters.MEMO_HITS.item()) == 0
+    assert result.clocks.judged > 0
+
+
+def test_every_timed_output_is_judged_on_the_gpu() -> None:
+    result = measure(GEMV, GEMV_NT, baseline=torch_matmul)
+    assert result.status is Status.PASS, result.reason
+    c = result.clocks
+    assert c.device is not None and c.hot is not None and c.host is not None
+    assert c.kernel is not None  # POLICY asks for the kernel clock: its calls are judged too
+    assert c.judged == (
+        c.device.n * c.device.calls_per_sample
+        + c.hot.n * c.hot.calls_per_sample
+        + c.host.n
+        + c.kernel.n
+    )
+
+
 def test_candidate_is_interleaved_with_cublas() -> None:
     result = measure(GEMV, GEMV_NT, baseline=torch_matmul)
     assert result.status is Status.PASS, result.reason
@@ -234,7 +294,7 @@ def test_a_cached_case_hit_by_a_stray_write_is_drawn_again() -> None:
 
     case = seeded_case(GEMV, 4321, "cuda")
     drawn = case.inputs.b.clone()
-    assert case.inputs.b.device.type == "cuda" and case.reference.device.type == "cuda"
+    assert case.inputs.b.device.type == "cuda" and case.operands.w.device.type == "cuda"
     assert seeded_case(GEMV, 4321, "cuda") is case
     case.inputs.b.view(-1)[12345] += 1
     again = seeded_case(GEMV, 4321, "cuda")

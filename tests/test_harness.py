@@ -136,7 +136,7 @@ def test_seeded_cases_are_computed_once_and_never_written_through(
     case = seeded_case(spec, 11)
     fresh = make_inputs(spec, 11)
     assert torch.equal(case.inputs.a, fresh.a) and torch.equal(case.inputs.b, fresh.b)
-    assert torch.equal(case.reference, reference(fresh))
+    assert torch.equal(case.operands.answer(fresh.a_mk().double()), reference(fresh))
     assert seeded_case(spec, 11) is case  # reused, not recomputed
     copy = fresh_copy(case.inputs, "cpu")
     assert copy.a.data_ptr() != case.inputs.a.data_ptr()
@@ -151,7 +151,7 @@ def test_seeded_cases_are_computed_once_and_never_written_through(
         seeded_case(spec, seed)
     assert len(inputs_module._cases) == 3
     again = seeded_case(spec, 11)
-    assert again is not case and torch.equal(again.reference, case.reference)
+    assert again is not case and torch.equal(again.inputs.b, case.inputs.b)
     monkeypatch.setattr(inputs_module, "CASE_CACHE_BYTES", 0)
     assert seeded_case(spec, 12) is not None
     assert list(inputs_module._cases) == [(spec.key(), 12, "cpu")]
@@ -179,7 +179,7 @@ def test_correct_variants_pass_and_are_timed(spec: MatmulSpec, name: str) -> Non
     ("name", "needle"),
     [
         ("cheat.zeros", "norm-wise error"),
-        ("cheat.half", "NaN/Inf"),
+        ("cheat.half", "error"),  # the unwritten half keeps its fresh prefill
         ("cheat.previous", "trial 2/3"),
         ("cheat.first_seed", "trial 2/3"),
         ("cheat.one_element", "error"),

@@ -121,7 +121,7 @@ def test_a_replay_is_not_timed_in_the_wake_of_another() -> None:
 def test_memoising_by_input_pointer_fails_on_refilled_inputs(key: str, dtype: str) -> None:
     result = measure(spec(key, dtype), "cheat.memo_pointer")
     assert result.status is Status.FAIL
-    assert "refilled inputs" in result.reason or "trial" in result.reason
+    assert "timed replay" in result.reason or "trial" in result.reason
     assert not result.ranked
 
 
@@ -162,13 +162,13 @@ def test_memoising_candidates_one_after_another_all_fail() -> None:
     for _ in range(3):
         result = measure(spec(AWKWARD), "cheat.memo_pointer")
         assert result.status is Status.FAIL
-        assert "refilled inputs" in result.reason or "trial" in result.reason
+        assert "timed replay" in result.reason or "trial" in result.reason
 
 
 def test_working_on_some_calls_only_fails_call_by_call() -> None:
     result = measure(spec(AWKWARD, "f32"), "cheat.some_calls")
     assert result.status is Status.FAIL
-    assert "of the timed replay" in result.reason and "NaN" in result.reason
+    assert result.reason.startswith("timed replay") and "error" in result.reason
 
 
 def test_honest_kernel_passes_every_check_and_is_timed() -> None:

@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TextIO
 
 from matprobe import __version__, cli_capture, cli_dispatch, cli_merge, cli_reports, cli_token
 from matprobe.analysis import AnalyzeOptions, analyze, render_text, to_json
-from matprobe.cli_args import non_negative, positive
+from matprobe.cli_args import non_negative, positive, seed
 from matprobe.errors import MatprobeError
 from matprobe.jsonl import scan
 from matprobe.safetext import term_safe
@@ -290,6 +290,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             force=args.force,
             kernel_clock=args.kernel_clock,
             trials=args.trials,
+            seed=args.seed,
             timeout_s=args.timeout,
             command=" ".join(["matprobe", *sys.argv[1:]]),
             gpus=args.gpus,
@@ -612,6 +613,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive,
         default=3,
         help="validation trials with fresh inputs (default 3)",
+    )
+    p.add_argument(
+        "--seed",
+        type=seed,
+        default=None,
+        help="the run's seed, which every drawn value comes from (default: one from the "
+        "operating system, stored with the run; pass it with --force to replay a run exactly)",
     )
     p.add_argument(
         "--every-point",

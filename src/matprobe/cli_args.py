@@ -21,3 +21,18 @@ def positive(text: str) -> int:
     if value == 0:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def seed(text: str) -> int:
+    """A run seed (``run --seed``): a whole number in the range seeds are drawn from."""
+    from matprobe.harness.seeds import check_seed
+
+    try:
+        return check_seed(int(text))
+    except ValueError as exc:
+        message = (
+            str(exc)
+            if text.strip().lstrip("-").isdigit()
+            else f"expected a whole number, got {text!r}"
+        )
+        raise argparse.ArgumentTypeError(message) from None

@@ -1,4 +1,5 @@
-"""A spec's timing bench: what every candidate of that spec is timed against.
+"""A spec's timing bench: what every candidate of that spec is timed against, and
+how each timed call is judged.
 
 The device clock (:mod:`matprobe.harness.sampling`) replays three recordings — the
 producer alone, the candidate after it, the baseline after it — over input sets
@@ -10,41 +11,42 @@ to capture and a graph as large to instantiate (0.2 s each on an H100, where the
 pair's timing rounds take 0.2 s). A worker keeps the bench of the specs it
 measured last and times each new candidate of a spec against it.
 
-Reusing buffers across pairs must not let a kernel see a problem twice: a
-kernel that baked answers into its captured graph, or memoised them by input
-pointer, would find the old problem again if the sets kept their values. So
-each use of a bench draws every set afresh (:meth:`Bench.redraw`), and the
-replay check refills with values no earlier pair saw (:func:`fresh_seed`).
+**One kind of call.** Every recording starts by writing fresh values — from the
+device's generator, new on every replay — into ``x_log`` (one ``x`` per call)
+and into every output it will write; then, call by call, the producer copies
+that call's ``x`` into its input set's ``a`` and the kernel runs. So no call
+repeats a problem (a kernel cannot memoise, by pointer or by a few values, nor
+bake an answer into its captured graph), no output holds anything a kernel
+could test to learn whether it is judged, and after each timed replay every
+call's output is compared with the float64 answer to the problem that call was
+given (:meth:`Bench.judge`): the verdict covers the calls that were timed. The
+producer-only recording writes the same fills, so they cancel in the
+subtraction.
+
+Between uses of a bench (one per candidate) every set's weights are drawn
+afresh (:meth:`Bench.redraw`), and the replay check refills them once more
+(:meth:`Bench.refill`), each from a seed no earlier draw of the process used.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from matprobe.harness.inputs import (
+    CallAnswers,
+    GuardedOutputs,
     MatmulInputs,
-    copy_all,
-    fresh_copy,
     make_input_sets,
     refill_sets,
-    seeded_case,
 )
-from matprobe.harness.sampling import Contender, Recorder, producer_sources, producer_step
+from matprobe.harness.sampling import Contender, Recorder, Step
+from matprobe.harness.seeds import fresh_seed
 from matprobe.harness.timing import TimingPolicy, calls_per_sample, rotation_count
+from matprobe.harness.validate import Judged, Verdicts, first_problem, spec_tolerance
 from matprobe.spec import MatmulSpec
-
-#: The first timing set is the seeded case of TIMING_SEED (the hot and host clocks'
-#: set); the others are drawn together from TIMING_SEED + 1.
-TIMING_SEED = 5000
-#: Seeds of every later draw into a bench's sets (each use's values, each replay
-#: check's refill): one counter per process, far from the fixed seeds, so no two
-#: draws of a process share values.
-FRESH_SEEDS_FROM = 1 << 24
-_fresh_seeds = itertools.count(FRESH_SEEDS_FROM)
 
 #: Most input-set bytes the benches of one process keep; the newest always stays.
 #: A spec's sets take ~3 × L2 (150 MB on an H100), or one set where that is larger.
@@ -55,11 +57,6 @@ BENCH_CACHE_BYTES = 1 << 30
 MPS_MAX_SETS = 64
 
 
-def fresh_seed() -> int:
-    """A seed no earlier draw of this process used."""
-    return next(_fresh_seeds)
-
-
 @dataclass
 class BaselineEntry:
     """A baseline recorded on a bench, with what its replay check found (None: passed)."""
@@ -68,35 +65,126 @@ class BaselineEntry:
     problem: str | None = None
 
 
+Call = Callable[[Any, Any], None]  # (inputs, out) -> None
+
+
 @dataclass
 class Bench:
-    """The input sets a spec's candidates rotate over, the producer's sources and
-    recording, and the baselines recorded on them (by variant id)."""
+    """The input sets a spec's calls rotate over (call ``i`` uses set ``i mod S``),
+    the per-call ``x`` (``x_log``), the producer's recording, and the baselines
+    recorded on them (by variant id)."""
 
     spec: MatmulSpec
     sets: list[MatmulInputs]
-    sources: list[Any]
     calls: int
-    producer: Any
-    notes: tuple[str, ...]
+    x_log: Any
+    notes: tuple[str, ...] = ()
+    producer: Any = None
+    #: the outputs the producer's recording fills (kept alive with the recording)
+    producer_outputs: GuardedOutputs | None = None
     baselines: dict[str, BaselineEntry] = field(default_factory=dict)
     uses: int = 0
+    _answers: CallAnswers | None = None
 
     @property
     def first(self) -> MatmulInputs:
         return self.sets[0]
 
     @property
+    def where(self) -> Any:
+        return self.first.a.device
+
+    @property
     def nbytes(self) -> int:
         return len(self.sets) * self.first.nbytes
 
     def redraw(self) -> None:
-        """New values in every set (same storage: the recordings stay valid) and the
-        producer's sources to match — before every use but the first."""
+        """New weights in every set (same storage: the recordings stay valid) — before
+        every use but the first."""
         if self.uses:
-            refill_sets(self.sets, self.spec, fresh_seed())
-            copy_all(self.sources, producer_sources(self.sets))
+            self.refill()
         self.uses += 1
+
+    def refill(self) -> None:
+        """Every set drawn again in place, from a seed no earlier draw of the process
+        used: a recording that baked in, or memoised, the old weights now answers
+        the old problem."""
+        refill_sets(self.sets, self.spec, fresh_seed())
+        self._answers = None
+
+    def outputs(self, calls: int | None = None) -> GuardedOutputs:
+        """Guarded outputs for the bench's calls (or the first ``calls``)."""
+        return GuardedOutputs(self.spec, self.where, self.calls if calls is None else calls)
+
+    def fresh_step(self, outputs: GuardedOutputs) -> Step:
+        """What starts every recording and every eager round: new values in ``x_log``
+        and in ``outputs`` (the device's generator: new on every replay)."""
+
+        def step() -> None:
+            self.x_log.uniform_(-1.0, 1.0)
+            outputs.prefill()
+
+        return step
+
+    def producer_step(self, i: int) -> Step:
+        """Call ``i``'s producer: copies its ``x`` into its set's ``a`` — an elementwise
+        kernel of its own, which does not trigger dependents early."""
+        target, source = self.sets[i % len(self.sets)].a, self.x_log[i]
+
+        def step() -> None:
+            target.copy_(source)
+
+        return step
+
+    def call_step(self, fn: Call, i: int, out: Any) -> Step:
+        inputs = self.sets[i % len(self.sets)]
+        return lambda: fn(inputs, out)
+
+    def steps(self, fn: Call | None, outputs: GuardedOutputs) -> list[Step]:
+        """F P₀ K₀ P₁ K₁ …: the fresh values, then each call after its producer (the
+        producer alone when ``fn`` is None)."""
+        steps = [self.fresh_step(outputs)]
+        for i in range(len(outputs.views)):
+            steps.append(self.producer_step(i))
+            if fn is not None:
+                steps.append(self.call_step(fn, i, outputs.views[i]))
+        return steps
+
+    def judge(
+        self, outputs: GuardedOutputs, calls: int | None = None, activation_quant: str | None = None
+    ) -> str | None:
+        """Every call's output (the first ``calls``) against the float64 answer to the
+        problem that call was given — the weights of its set and its row of
+        ``x_log`` — and the guards; None when all pass. ``activation_quant``: the
+        family's declaration (see ``validate.spec_tolerance``)."""
+        found = first_problem([self.judge_later(outputs, calls, activation_quant)])
+        return None if found is None else found[1]
+
+    def judge_later(
+        self, outputs: GuardedOutputs, calls: int | None = None, activation_quant: str | None = None
+    ) -> Judged:
+        """:meth:`judge`, computed on the device and read later (:func:`first_problem`):
+        the timed rounds judge every replay without waiting for the card."""
+        count = len(outputs.views) if calls is None else calls
+        if self._answers is None:
+            self._answers = CallAnswers(self.sets, self.where)
+        answers, scales = self._answers.answers(self.x_log[:count])
+        assert self.spec.k is not None
+        tolerances = spec_tolerance(self.spec, activation_quant=activation_quant)
+        verdicts = Verdicts(outputs.block[:count], answers, scales, self.spec.k, *tolerances)
+        return Judged(verdicts, outputs.changed_guards(), outputs.breach, count)
+
+
+def make_bench(
+    spec: MatmulSpec, sets: list[MatmulInputs], calls: int, notes: tuple[str, ...] = ()
+) -> Bench:
+    """A bench over ``sets`` for ``calls`` calls (a multiple of the set count)."""
+    import torch
+
+    first = sets[0]
+    assert calls % len(sets) == 0, "every set serves the same number of calls"
+    x_log = torch.empty((calls, *first.a.shape), dtype=first.a.dtype, device=first.a.device)
+    return Bench(spec, sets, calls, x_log, notes)
 
 
 #: by (spec key, torch device, device kind, L2 bytes, policy)
@@ -118,7 +206,7 @@ def bench_for(
     key = (spec.key(), where, kind, l2_bytes, policy)
     bench = _benches.get(key)
     if bench is None:
-        bench = _make_bench(spec, where, l2_bytes, policy, recorder, kind)
+        bench = _make_timing_bench(spec, where, l2_bytes, policy, recorder, kind)
         _benches[key] = bench
         held = sum(kept.nbytes for kept in _benches.values())
         while len(_benches) > 1 and held > BENCH_CACHE_BYTES:
@@ -144,21 +232,20 @@ def baseline_on(
     return entry
 
 
-def _make_bench(
+def _make_timing_bench(
     spec: MatmulSpec, where: str, l2_bytes: int, policy: TimingPolicy, recorder: Recorder, kind: str
 ) -> Bench:
-    first = fresh_copy(seeded_case(spec, TIMING_SEED, where).inputs, where)
+    (first,) = make_input_sets(spec, fresh_seed(), 1, where)
     n_sets = rotation_count(first.nbytes, l2_bytes, policy)
     if kind == "mps":
         n_sets = min(n_sets, MPS_MAX_SETS)
-    sets = [first, *make_input_sets(spec, TIMING_SEED + 1, n_sets - 1, where)]
+    sets = [first, *make_input_sets(spec, fresh_seed(), n_sets - 1, where)]
     notes: tuple[str, ...] = ()
     if kind != "cpu" and n_sets * first.nbytes < policy.cold_l2_factor * l2_bytes:
         notes = (f"rotation capped at {n_sets} sets: weights may be partly L2-resident",)
     # On the GPU a sample is a graph of many calls; elsewhere one round over the sets.
     calls = calls_per_sample(n_sets, policy) if kind == "cuda" else n_sets
-    sources = producer_sources(sets)
-    producer = recorder.record(
-        [producer_step(sources[i % n_sets], sets[i % n_sets]) for i in range(calls)], policy.warmup
-    )
-    return Bench(spec, sets, sources, calls, producer, notes)
+    bench = make_bench(spec, sets, calls, notes)
+    bench.producer_outputs = bench.outputs()
+    bench.producer = recorder.record(bench.steps(None, bench.producer_outputs), policy.warmup)
+    return bench

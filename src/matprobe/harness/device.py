@@ -42,6 +42,12 @@ class DeviceInfo:
         return self.kind == "cpu"
 
     @property
+    def early_launch(self) -> bool:
+        """Kernels can launch before the one they depend on ends here (programmatic
+        dependent launch: CUDA, compute capability 9.0 and up)."""
+        return self.kind == "cuda" and self.capability is not None and self.capability >= (9, 0)
+
+    @property
     def fingerprint(self) -> str:
         parts = [
             self.kind,

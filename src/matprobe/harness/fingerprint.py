@@ -43,6 +43,7 @@ MEASUREMENT_MODULES = (
     "checks",
     "peaks",
     "sampling",
+    "seeds",
 )
 
 #: Where :data:`MEASUREMENT_MODULES` live: this package's directory.

@@ -29,7 +29,6 @@ and the output is ``y = silu(g) ⊙ u`` with ``g = x·W_gateᵀ``, ``u = x·W_up
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -253,21 +252,92 @@ def reference(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
     with the bias as C when there is no C₀) — matmul_bias_add has α = 1, so the
     order only matters for specs that set both, and it is documented here.
     """
-    f64 = torch_float64()
-    device = float64_device(device)
-    a = inputs.a_mk().detach().to(device, f64)
-    b = inputs.weight_kn(f64).detach().to(device)
-    if inputs.swiglu:
-        import torch
+    return Operands64.of(inputs, device).answer(_a64(inputs, device))
 
-        gate, up = (a @ b).chunk(2, dim=-1)
-        return torch.nn.functional.silu(gate) * up
-    out = inputs.alpha * (a @ b)
-    if inputs.c0 is not None:
-        out = out + inputs.beta * inputs.c0.detach().to(device, f64)
-    if inputs.bias is not None:
-        out = out + inputs.bias.detach().to(device, f64)
-    return out
+
+def reference_scale(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
+    """|α|·|A|·|B| + |β|·|C₀| + |bias| in float64: the size of the terms each output
+    sums. Where the terms cancel (a near-zero output, n = 1 with a bias …) this,
+    divided by √K, is the scale rounding errors are judged against."""
+    return Operands64.of(inputs, device).scale(_a64(inputs, device))
+
+
+def _a64(inputs: MatmulInputs, device: Any) -> torch.Tensor:
+    return inputs.a_mk().detach().to(float64_device(device), torch_float64())
+
+
+@dataclass
+class Operands64:
+    """Everything of an input set but ``x`` (A), in float64 where the reference is
+    computed: the weights (logical ``[…, batch, k, n]``, Q8_0 dequantized), C₀ and
+    the bias, broadcastable over leading axes. Converted once, they answer for any
+    number of ``x`` — every call of a timed replay has an ``x`` of its own."""
+
+    w: Any
+    c0: Any | None
+    bias: Any | None
+    alpha: float
+    beta: float
+    swiglu: bool
+    _w_abs: Any | None = None
+
+    @classmethod
+    def of(cls, inputs: MatmulInputs, device: Any) -> Operands64:
+        f64 = torch_float64()
+        where = float64_device(device)
+        return cls(
+            w=inputs.weight_kn(f64).detach().to(where),
+            c0=None if inputs.c0 is None else inputs.c0.detach().to(where, f64),
+            bias=None if inputs.bias is None else inputs.bias.detach().to(where, f64),
+            alpha=inputs.alpha,
+            beta=inputs.beta,
+            swiglu=inputs.swiglu,
+        )
+
+    @property
+    def w_abs(self) -> Any:
+        if self._w_abs is None:
+            self._w_abs = self.w.abs()
+        return self._w_abs
+
+    def answer(self, a: torch.Tensor) -> torch.Tensor:
+        """The float64 result for A = ``a`` (logical ``[…, batch, m, k]``, float64; one
+        more leading axis than the weights: one problem per index of it)."""
+        if self.swiglu:
+            import torch
+
+            gate, up = _matmul(a, self.w).chunk(2, dim=-1)
+            return torch.nn.functional.silu(gate) * up
+        out = self.alpha * _matmul(a, self.w)
+        if self.c0 is not None:
+            out = out + self.beta * self.c0
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+    def scale(self, a: torch.Tensor) -> torch.Tensor:
+        """The term scale for A = ``a`` (see :func:`reference_scale`)."""
+        if self.swiglu:
+            return _swiglu_scale(a, self.w, self.w_abs)
+        scale = abs(self.alpha) * _matmul(a.abs(), self.w_abs)
+        if self.c0 is not None:
+            scale = scale + abs(self.beta) * self.c0.abs()
+        if self.bias is not None:
+            scale = scale + self.bias.abs()
+        return scale
+
+
+def _matmul(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``a @ w``; where ``a`` has one more leading axis than ``w`` (``[r, *B, m, k]``
+    against ``[*B, k, n]``: r problems on the same weights), the r problems become
+    rows of one product instead of broadcasting ``w`` r times (which copies it r
+    times: 22 GB for the LM head's 20 calls a replay)."""
+    if a.dim() != w.dim() + 1:
+        return a @ w
+    r, m = a.shape[0], a.shape[-2]
+    rows = a.movedim(0, -3).reshape(*a.shape[1:-2], r * m, a.shape[-1])
+    product = rows @ w
+    return product.view(*product.shape[:-2], r, m, product.shape[-1]).movedim(-3, 0)
 
 
 #: float64 weight bytes one stacked reference computation may hold.
@@ -284,7 +354,8 @@ def references(sets: Sequence[MatmulInputs], device: Any) -> list[tuple[Any, Any
     out: list[tuple[Any, Any]] = []
     for start in range(0, len(sets), step):
         stacked = _stack(sets[start : start + step])
-        refs, scales = reference(stacked, device), reference_scale(stacked, device)
+        operands, a = Operands64.of(stacked, device), _a64(stacked, device)
+        refs, scales = operands.answer(a), operands.scale(a)
         out += zip(refs.unbind(0), scales.unbind(0), strict=True)
     return out
 
@@ -301,25 +372,30 @@ def _stack(sets: Sequence[MatmulInputs]) -> MatmulInputs:
     return stacked
 
 
-def reference_scale(inputs: MatmulInputs, device: Any = "cpu") -> torch.Tensor:
-    """|α|·|A|·|B| + |β|·|C₀| + |bias| in float64: the size of the terms each output
-    sums. Where the terms cancel (a near-zero output, n = 1 with a bias …) this,
-    divided by √K, is the scale rounding errors are judged against."""
-    f64 = torch_float64()
-    device = float64_device(device)
-    if inputs.swiglu:
-        return _swiglu_scale(inputs, device)
-    a = inputs.a_mk().detach().to(device, f64).abs()
-    b = inputs.weight_kn(f64).detach().to(device).abs()
-    scale = abs(inputs.alpha) * (a @ b)
-    if inputs.c0 is not None:
-        scale = scale + abs(inputs.beta) * inputs.c0.detach().to(device, f64).abs()
-    if inputs.bias is not None:
-        scale = scale + inputs.bias.detach().to(device, f64).abs()
-    return scale
+class CallAnswers:
+    """The float64 answers to the calls of a timed replay: call ``i`` uses the weights
+    of set ``i mod S`` and an ``x`` of its own, row ``i`` of ``x_log`` (written fresh by
+    every replay; see :mod:`matprobe.harness.bench`). The sets' weights are converted
+    once; each judged replay costs one float64 matmul over them."""
+
+    def __init__(self, sets: Sequence[MatmulInputs], device: Any) -> None:
+        self.count = len(sets)
+        self.ta = sets[0].ta
+        self.operands = Operands64.of(_stack(sets), device)
+        self.where = float64_device(device)
+
+    def answers(self, x_log: Any) -> tuple[Any, Any]:
+        """``(references, scales)``, ``[calls, batch, m, n_out]``, for ``x_log``
+        (``[calls, *a's stored shape]``, calls a multiple of the set count)."""
+        x = x_log.detach().to(self.where, torch_float64())
+        x = x.view(-1, self.count, *x.shape[1:])
+        if self.ta:
+            x = x.transpose(-1, -2)
+        refs, scales = self.operands.answer(x), self.operands.scale(x)
+        return refs.flatten(0, 1), scales.flatten(0, 1)
 
 
-def _swiglu_scale(inputs: MatmulInputs, device: Any) -> torch.Tensor:
+def _swiglu_scale(a: torch.Tensor, w: torch.Tensor, w_abs: torch.Tensor) -> torch.Tensor:
     """The term scale of ``y = silu(g)·u``: ``|silu(g)|·S_u + |silu′(g)|·|u|·S_g``.
 
     Why: a kernel's error in y comes from its errors in the two sums, δg and δu
@@ -335,11 +411,8 @@ def _swiglu_scale(inputs: MatmulInputs, device: Any) -> torch.Tensor:
     """
     import torch
 
-    f64 = torch_float64()
-    a = inputs.a_mk().detach().to(device, f64)
-    b = inputs.weight_kn(f64).detach().to(device)
-    gate, up = (a @ b).chunk(2, dim=-1)
-    scale_gate, scale_up = (a.abs() @ b.abs()).chunk(2, dim=-1)
+    gate, up = _matmul(a, w).chunk(2, dim=-1)
+    scale_gate, scale_up = _matmul(a.abs(), w_abs).chunk(2, dim=-1)
     sig = torch.sigmoid(gate)
     dsilu = sig * (1 + gate * (1 - sig))
     result: torch.Tensor = (gate * sig).abs() * scale_up + dsilu.abs() * up.abs() * scale_gate
@@ -348,21 +421,24 @@ def _swiglu_scale(inputs: MatmulInputs, device: Any) -> torch.Tensor:
 
 class SeededCase:
     """One seeded input set, pristine, where the kernels run (a CUDA card; the CPU
-    for everything else), with its float64 reference and term scale — computed
-    from the pristine inputs when first asked for (the timing set's first inputs
-    need none), which validation does before a kernel runs on a copy."""
+    for everything else), with its operands in float64 (:class:`Operands64`) —
+    converted from the pristine inputs when first asked for, which validation does
+    before a kernel runs on a copy. Validation gives each call its own ``x``
+    (:func:`fresh_x`) and judges it against these operands."""
 
     def __init__(self, inputs: MatmulInputs) -> None:
         self.inputs = inputs
         self._bits = _bit_sums(inputs)
+        self._operands: Operands64 | None = None
 
-    @functools.cached_property
-    def reference(self) -> torch.Tensor:
-        return reference(self.inputs, self.inputs.a.device)
-
-    @functools.cached_property
-    def scale(self) -> torch.Tensor:
-        return reference_scale(self.inputs, self.inputs.a.device)
+    @property
+    def operands(self) -> Operands64:
+        # Not kept with the case in the process-wide cache (float64 weights are four
+        # times the inputs; the LM head's 1.1 GB): only the last case asked for.
+        global _last_operands
+        if _last_operands is None or _last_operands[0] is not self:
+            _last_operands = (self, Operands64.of(self.inputs, self.inputs.a.device))
+        return _last_operands[1]
 
     def intact(self) -> bool:
         """Whether the inputs still hold what was drawn: a kernel that wrote past its
@@ -374,6 +450,25 @@ class SeededCase:
 
         now = _bit_sums(self.inputs)
         return now is not None and torch.equal(self._bits, now)
+
+
+_last_operands: tuple[SeededCase, Operands64] | None = None
+
+
+def fresh_x(inputs: MatmulInputs, seed: int) -> torch.Tensor:
+    """A new ``x`` (A, in its stored layout and dtype) for ``inputs``, drawn as
+    :func:`make_inputs` draws it, under ``seed``: the same values on every device."""
+    from matprobe.harness.draws import uniform
+
+    a = inputs.a
+    return uniform(tuple(a.shape), seed, STREAMS["a"], a.device).to(a.dtype)
+
+
+def x64(inputs: MatmulInputs, x: torch.Tensor) -> torch.Tensor:
+    """``x`` (stored like ``inputs.a``) as logical ``[…, m, k]`` float64 on the device
+    where the references of ``inputs`` are computed."""
+    logical = x.transpose(-1, -2) if inputs.ta else x
+    return logical.detach().to(float64_device(inputs.a.device), torch_float64())
 
 
 def _bit_sums(inputs: MatmulInputs) -> torch.Tensor | None:
@@ -451,6 +546,9 @@ def empty_output(spec: MatmulSpec, device: Any) -> torch.Tensor:
 GUARD_MIN_ELEMENTS = 4096
 #: What the guard zones hold: a finite value no kernel computes by accident.
 GUARD_SENTINEL = -1234.5
+#: Outputs are filled with uniform values in ±this before every call: the size of
+#: the answers (O(1), see the module doc), so nothing about them stands out.
+PREFILL_RANGE = 1.0
 
 
 class GuardedOutputs:
@@ -483,17 +581,34 @@ class GuardedOutputs:
         self._is_guard = (offset < 0) | (offset % stride >= self.numel)
         self._pristine = self.buffer.clone()
 
-    def poison(self) -> None:
-        """NaN in every output (an element never written stays NaN)."""
-        self.buffer.masked_fill_(~self._is_guard, float("nan"))
+    @property
+    def block(self) -> Any:
+        """Every output at once, ``[count, *shape]`` (a strided view of the buffer)."""
+        count = len(self.views)
+        rows = self.buffer[self.guard : self.guard + count * self._stride].view(count, -1)
+        return rows[:, : self.numel].view(count, *self.views[0].shape)
+
+    def prefill(self) -> None:
+        """Fresh finite values in every output, from the device's generator: new on
+        every call (inside a recording, on every replay). An element the kernel never
+        writes keeps a value unrelated to its answer and fails; no call can tell a
+        judged call from another by what its output holds (NaN poison could)."""
+        self.block.uniform_(-PREFILL_RANGE, PREFILL_RANGE)
+
+    def changed_guards(self) -> Any:
+        """Which guard elements no longer hold the sentinel (a bool tensor where the
+        buffer lives: computed without a transfer)."""
+        import torch
+
+        size = self.buffer.element_size()
+        changed = self.buffer.view(torch.uint8) != self._pristine.view(torch.uint8)
+        return changed.view(-1, size).any(dim=1) & self._is_guard
 
     def breach(self) -> str | None:
         """None when every guard still holds the sentinel, else what was written where."""
         import torch
 
-        size = self.buffer.element_size()
-        changed = self.buffer.view(torch.uint8) != self._pristine.view(torch.uint8)
-        changed = changed.view(-1, size).any(dim=1) & self._is_guard
+        changed = self.changed_guards()
         if not bool(changed.any()):
             return None
         first = int(torch.nonzero(changed)[0])

@@ -1,10 +1,14 @@
 """Measure one variant on one spec, in the current process: build, validate, time.
 
 Order matters: a variant is timed only after it validated (every output inside
-guard zones); a kernel that launches early is checked in a dependent chain; the
-timed recording is checked call by call on refilled inputs afterwards (see
-:mod:`matprobe.harness.checks`) — work a kernel enqueued outside the captured
-stream, a memoised answer, real work on some calls only: all fail there.
+guard zones); on a card that can launch early every variant is checked in a
+dependent chain; every call of every timed replay — device, hot and host clocks
+alike — is judged against the float64 answer to the problem it was given
+(:mod:`matprobe.harness.bench`), and the timed recording once more on refilled
+weights (:mod:`matprobe.harness.checks`). Every call a kernel gets looks the
+same: fresh ``x``, an output prefilled with fresh finite values. Work enqueued
+outside the captured stream, a memoised answer, real work on some calls only,
+work only where the output looks judged: all fail.
 """
 
 from __future__ import annotations
@@ -13,35 +17,24 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from typing import Any
 
-from matprobe.harness.bench import baseline_on, bench_for, fresh_seed
-from matprobe.harness.checks import check_chain, check_replay
+from matprobe.harness.bench import Bench, baseline_on, bench_for, make_bench
+from matprobe.harness.checks import check_chain, check_replay, runs_chain
 from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import GuardedOutputs, fresh_copy, seeded_case
+from matprobe.harness.inputs import GuardedOutputs, fresh_copy, fresh_x, seeded_case, x64
 from matprobe.harness.results import Clocks, ErrorKind, PairResult, Status
-from matprobe.harness.sampling import (
-    Contender,
-    Recorder,
-    calls_steps,
-    interleave,
-    producer_sources,
-    producer_step,
-    ratio_of,
-    recorder_for,
-)
+from matprobe.harness.sampling import Contender, Recorder, interleave, ratio_of, recorder_for
+from matprobe.harness.seeds import derived, fresh_seed, use_run_seed
 from matprobe.harness.timing import (
     TimingPolicy,
     calls_per_sample,
     gpu_clock_state,
-    time_host_cpu,
-    time_host_cuda,
+    time_host,
     time_kernels_profiler,
 )
 from matprobe.harness.validate import Validation, validate
 from matprobe.harness.variants import KernelFn, Variant
 from matprobe.spec import MatmulSpec
 
-#: Trials draw inputs from seeds VALIDATION_SEED + t (timing's: :mod:`~.bench`).
-VALIDATION_SEED = 1000
 #: Kernel-clock disagreement with the device clock worth a note.
 KERNEL_CLOCK_TOLERANCE = 0.10
 
@@ -150,21 +143,28 @@ def validate_pair(
     interpreted: bool = False,
     activation_quant: str | None = None,
 ) -> Validation:
-    """The float64 validation of a built kernel: ``trials`` fresh seeded input sets,
-    each output NaN-poisoned inside guard zones. A written guard raises
+    """The float64 validation of a built kernel: ``trials`` seeded input sets (seeds
+    derived from the run's: :mod:`~matprobe.harness.seeds`), each output prefilled
+    with fresh values inside guard zones. A written guard raises
     :class:`GuardBreachError`. ``activation_quant``: what the kernel's family
     declares it does to x (``VariantFamily.activation_quant``)."""
     where = _torch_device(device)
+
+    # Weights, bias and C₀ drawn once per run and spec (the LM head's take seconds to
+    # draw on a CPU); every trial an ``x`` no earlier call of the process saw.
+    case = seeded_case(spec, derived("validation"), where)
+    operands = case.operands
 
     def trial(t: int) -> tuple[Any, Any, Any]:
         # The reference comes from the pristine inputs, never from the copy the
         # kernel was given: a kernel that rewrites its inputs is graded against
         # the problem it was asked, not the one it left behind.
-        case = seeded_case(spec, VALIDATION_SEED + t, where)
-        expected = case.reference, case.scale  # from the pristine inputs, first
-        inputs = fresh_copy(case.inputs, where)
+        x = fresh_x(case.inputs, fresh_seed())
+        a = x64(case.inputs, x)
+        expected = operands.answer(a), operands.scale(a)
+        inputs = fresh_copy(replace(case.inputs, a=x), where)
         outputs = GuardedOutputs(spec, where)
-        outputs.poison()
+        outputs.prefill()
         fn(inputs, outputs.views[0])
         _sync(device)
         if breach := outputs.breach():
@@ -182,6 +182,7 @@ def measure_pair(
     poisoned CUDA context, which is raised as :class:`PoisonedContextError` after the
     caller has had the chance to record it (see :func:`measure_pair_safely`)."""
     device, policy = ctx.device, ctx.policy
+    use_run_seed(policy.seed)  # before anything is built or drawn
     where = _torch_device(device)
     fn = variant.build(spec, device)
 
@@ -199,7 +200,7 @@ def measure_pair(
     if not checked.passed:
         return fail(checked.failure or "", checked.metrics)
     recorder = recorder_for(device.kind)
-    if variant.launches_early and (
+    if runs_chain(spec, device, variant.launches_early) and (
         problem := check_chain(spec, fn, recorder, where, activation_quant=declared)
     ):
         return fail(problem, checked.metrics)
@@ -257,71 +258,89 @@ def _time(
     activation_quant: str | None = None,
 ) -> tuple[Clocks, str | None]:
     """The device clock after a producer, interleaved with the baseline (see
-    :mod:`matprobe.harness.sampling`), then the replay check on refilled inputs,
-    then the hot, host and (optionally) kernel clocks. Returns the clocks and the
-    replay check's failure, if any. ``activation_quant``: the candidate family's
-    declaration (the baseline's replay is judged without one)."""
+    :mod:`matprobe.harness.sampling`), then the replay check on refilled weights,
+    then the hot, host and (optionally) kernel clocks — every call of every timed
+    replay judged. Returns the clocks and the first problem found, if any.
+    ``activation_quant``: the candidate family's declaration (the baseline is
+    judged without one)."""
     where = _torch_device(device)
     cuda = device.kind == "cuda"
     bench = bench_for(spec, where, device.l2_bytes, policy, recorder, kind=device.kind)
-    sets, sources, calls, first = bench.sets, bench.sources, bench.calls, bench.first
     notes = list(bench.notes)
 
-    def contender(name: str, kernel: KernelFn) -> Contender:
-        entry = Contender(name, kernel, GuardedOutputs(spec, where, calls))
-        entry.recording = recorder.record(
-            calls_steps(kernel, sets, entry.outputs.views, sources, calls), policy.warmup
-        )
+    def contender(on: Bench, name: str, kernel: KernelFn, declared: str | None) -> Contender:
+        outputs = on.outputs()
+        entry = Contender(name, kernel, outputs)
+        entry.recording = recorder.record(on.steps(kernel, outputs), policy.warmup)
+        entry.judge = lambda: on.judge_later(outputs, activation_quant=declared)
         return entry
 
     def replay_problem(entry: Contender, declared: str | None = None) -> str | None:
         return check_replay(
-            spec, recorder, entry.recording, sets, sources, entry.outputs, calls, where,
-            seed=fresh_seed(), activation_quant=declared,
-        )  # fmt: skip
+            bench, recorder, entry.recording, entry.outputs, activation_quant=declared
+        )
 
-    candidate = contender("candidate", fn)
+    candidate = contender(bench, "candidate", fn, activation_quant)
     base, baseline_problem = None, None
     if baseline is not None:
         # Recorded and checked once per bench: every candidate of the spec is
-        # interleaved with the same recording (the check then refilled the sets,
-        # and the next use draws them afresh).
+        # interleaved with the same recording (the check refilled the sets, and the
+        # next use draws them afresh).
         recorded = baseline_on(
-            bench, baseline[0], lambda: contender("baseline", baseline[1]), replay_problem
+            bench,
+            baseline[0],
+            lambda: contender(bench, "baseline", baseline[1], None),
+            replay_problem,
         )
         base, baseline_problem = recorded.contender, recorded.problem
         if baseline_problem:
             notes.append(f"baseline failed its replay check here; no ratio ({baseline_problem})")
-    rounds = interleave(recorder, bench.producer, candidate, base, calls, policy)
+            base.judge = None  # known bad: timed for the record, not judged again
+    rounds = interleave(recorder, bench.producer, candidate, base, bench.calls, policy)
     state = gpu_clock_state(device.index) if cuda else {}
+    if rounds.problem:
+        return Clocks(device=rounds.candidate, notes=tuple(notes)), rounds.problem
+    if base is not None and base.problem:
+        notes.append(f"baseline failed in a timed replay here; no ratio ({base.problem})")
+        baseline_problem = base.problem
     failure = replay_problem(candidate, activation_quant)
     if failure:
         return Clocks(device=rounds.candidate, notes=tuple(notes)), failure
     ratio = None if baseline is None or baseline_problem else ratio_of(rounds, baseline[0])
+    judged = rounds.judged
     del candidate, base
 
-    hot_sources = producer_sources([first])
-    hot_calls = calls_per_sample(1, policy) if cuda else 1
-    hot_producer = recorder.record([producer_step(hot_sources[0], first)] * hot_calls, 1)
-    hot_entry = Contender("candidate", fn, GuardedOutputs(spec, where, hot_calls))
-    hot_entry.recording = recorder.record(
-        calls_steps(fn, [first], hot_entry.outputs.views, hot_sources, hot_calls), 1
-    )
+    first = bench.first
+    hot_bench = make_bench(spec, [first], calls_per_sample(1, policy) if cuda else 1)
+    hot_bench.producer_outputs = hot_bench.outputs()
+    hot_bench.producer = recorder.record(hot_bench.steps(None, hot_bench.producer_outputs), 1)
+    hot_entry = contender(hot_bench, "candidate", fn, activation_quant)
     # The hot clock is a second column, not a verdict: a quarter of the budget.
     hot_policy = replace(policy, budget_s=policy.budget_s / 4)
-    hot = interleave(recorder, hot_producer, hot_entry, None, hot_calls, hot_policy).candidate
-    out = hot_entry.outputs.views[0]
-    if cuda:
-        host = time_host_cuda(fn, first, out, policy)
-    else:
-        host = time_host_cpu(fn, first, out, policy, sync=recorder.sync)
+    hot_rounds = interleave(
+        recorder, hot_bench.producer, hot_entry, None, hot_bench.calls, hot_policy
+    )
+    if hot_rounds.problem:
+        return Clocks(device=rounds.candidate, notes=tuple(notes)), (
+            f"hot clock, {hot_rounds.problem}"
+        )
+    judged += hot_rounds.judged
+    host, problem = _host_clock(spec, fn, first, policy, recorder, cuda, activation_quant)
+    if problem:
+        return Clocks(device=rounds.candidate, notes=tuple(notes)), f"host clock: {problem}"
+    judged += host.n
     kernel = None
     if policy.kernel_clock and cuda:
         try:
-            kernel = time_kernels_profiler(fn, sets, out, calls)
+            kernel, problem = _kernel_clock(spec, fn, bench, activation_quant)
         except Exception as exc:
             notes.append(f"kernel clock unavailable: {exc}")
-        if kernel is not None:
+        else:
+            if problem:
+                return Clocks(device=rounds.candidate, notes=tuple(notes)), (
+                    f"kernel clock: {problem}"
+                )
+            judged += bench.calls
             gap = abs(kernel.median_us - rounds.candidate.median_us) / rounds.candidate.median_us
             if gap > KERNEL_CLOCK_TOLERANCE:
                 notes.append(f"kernel clock disagrees with device clock by {gap:.0%}")
@@ -331,10 +350,59 @@ def _time(
         notes.append("CPU: device clock is wall time per call; caches not flushed")
     return Clocks(
         device=rounds.candidate,
-        hot=hot,
+        hot=hot_rounds.candidate,
         host=host,
         kernel=kernel,
         notes=tuple(notes),
         vs_baseline=ratio,
         gpu_state=state,
+        judged=judged,
     ), None
+
+
+def _kernel_clock(
+    spec: MatmulSpec, fn: KernelFn, bench: Bench, activation_quant: str | None
+) -> tuple[Any, str | None]:
+    """The profiler's kernel durations of eager calls over the bench's sets, each call
+    after its producer, with an ``x`` and an output of its own; every call judged.
+    (The clock, the problem found or None.)"""
+    clocked = make_bench(spec, bench.sets, bench.calls)
+    outputs = clocked.outputs()
+    clocked.fresh_step(outputs)()
+
+    def producers() -> None:
+        for i in range(clocked.calls):
+            clocked.producer_step(i)()
+
+    def calls_after_producers() -> None:
+        for i in range(clocked.calls):
+            clocked.producer_step(i)()
+            clocked.call_step(fn, i, outputs.views[i])()
+
+    clock = time_kernels_profiler(producers, calls_after_producers, clocked.calls)
+    return clock, clocked.judge(outputs, activation_quant=activation_quant)
+
+
+def _host_clock(
+    spec: MatmulSpec,
+    fn: KernelFn,
+    first: Any,
+    policy: TimingPolicy,
+    recorder: Recorder,
+    cuda: bool,
+    activation_quant: str | None,
+) -> tuple[Any, str | None]:
+    """One eager call + sync per sample, on ``first``'s weights, each call with an
+    ``x`` and an output of its own (written fresh first, untimed); every call's
+    output judged afterwards. (The clock, the problem found or None.)"""
+    bench = make_bench(spec, [first], policy.host_samples)
+    outputs = bench.outputs()
+    bench.fresh_step(outputs)()
+    host = time_host(
+        lambda i: bench.producer_step(i)(),
+        lambda i: fn(first, outputs.views[i]),
+        recorder.sync,
+        policy,
+        budget=not cuda,
+    )
+    return host, bench.judge(outputs, host.n, activation_quant)

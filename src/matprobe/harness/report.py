@@ -607,8 +607,13 @@ def _header_lines(report: Report) -> list[str]:
     lines.append(
         f"timing policy {p.fingerprint}: {clock}; ≥ {p.min_samples} rounds, stop at "
         f"spread < {p.target_spread:.0%} and ratio ±{p.target_spread:.0%} or "
-        f"{p.budget_s:g} s; {p.trials} validation trials vs float64; every timed "
-        f"call checked on refilled inputs"
+        f"{p.budget_s:g} s; {p.trials} validation trials vs float64; every call of "
+        f"every timed replay judged vs float64, each with a fresh x and a prefilled output"
+        + (
+            f"; seed {p.seed} (run --seed {p.seed} --force replays it)"
+            if p.seed is not None
+            else ""
+        )
     )
     lines.extend(report.notes)
     return lines

@@ -179,9 +179,12 @@ class Clocks:
     vs_baseline: Ratio | None = None
     #: GPU state around the timing (SM clock MHz before/after, throttle reasons)
     gpu_state: Mapping[str, str] = field(default_factory=dict)
+    #: outputs of timed calls (device, hot and host clocks) judged against float64:
+    #: all of them — a PASS with timed clocks needs every one to pass
+    judged: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"notes": list(self.notes)}
+        out: dict[str, Any] = {"notes": list(self.notes), "judged": self.judged}
         for name in ("device", "hot", "host", "kernel"):
             value = getattr(self, name)
             out[name] = value.to_dict() if value is not None else None
@@ -203,6 +206,7 @@ class Clocks:
             tuple(data.get("notes", ())),
             Ratio.from_dict(data["vs_baseline"]) if data.get("vs_baseline") else None,
             {str(k): str(v) for k, v in (data.get("gpu_state") or {}).items()},
+            int(data.get("judged", 0)),
         )
 
 

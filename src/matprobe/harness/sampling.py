@@ -202,48 +202,22 @@ class CudaRecorder:
         torch.cuda.synchronize()
 
 
-def producer_sources(sets: Sequence[Any]) -> list[Any]:
-    """For each input set, ``−a``: the producer writes ``a = −(−a)`` (exact), an
-    elementwise kernel of its own that does not trigger dependents early."""
-    import torch
-
-    return list(torch._foreach_neg([inputs.a for inputs in sets]))
-
-
-def producer_step(source: Any, inputs: Any) -> Step:
-    import torch
-
-    def step() -> None:
-        torch.neg(source, out=inputs.a)
-
-    return step
-
-
 @dataclass
 class Contender:
-    """One kernel in the rounds: its per-call outputs and its recording."""
+    """One kernel in the rounds: its per-call outputs, its recording, and how a
+    timed replay's outputs are judged (None: returns the problem, if any)."""
 
     name: str
     fn: Call
     outputs: Any  # GuardedOutputs
     recording: Any = None
     samples: list[float] = field(default_factory=list)
-
-
-def calls_steps(
-    fn: Call, sets: Sequence[Any], outs: Sequence[Any], sources: Sequence[Any], calls: int
-) -> list[Step]:
-    """P₀ K₀ P₁ K₁ …: call i uses input set i mod len(sets) and output i."""
-    steps: list[Step] = []
-    for i in range(calls):
-        inputs = sets[i % len(sets)]
-        steps.append(producer_step(sources[i % len(sets)], inputs))
-        steps.append(_bind(fn, inputs, outs[i]))
-    return steps
-
-
-def _bind(fn: Call, inputs: Any, out: Any) -> Step:
-    return lambda: fn(inputs, out)
+    #: judges the outputs of the replay just made (a ``validate.Judged``, read later)
+    judge: Callable[[], Any] | None = None
+    #: outputs of timed replays judged, their judgements, and the first problem found
+    judged: int = 0
+    judgements: list[Any] = field(default_factory=list)
+    problem: str | None = None
 
 
 @dataclass
@@ -254,6 +228,9 @@ class Rounds:
     baseline: ClockStats | None
     ratio: tuple[float, float, float] | None  # median, lo, hi
     rounds: int
+    #: the candidate's timed outputs judged, and the first problem found in them
+    judged: int = 0
+    problem: str | None = None
 
 
 def _enough(
@@ -284,11 +261,19 @@ def interleave(
 ) -> Rounds:
     """Replay the producer-only, candidate and baseline recordings in rounds (their
     order rotating each round) until the stop rule; per-call device times with the
-    producer subtracted, and per-round candidate/baseline ratios."""
+    producer subtracted, and per-round candidate/baseline ratios. After each timed
+    replay of a contender with a ``judge``, every output of that replay is judged —
+    on the device, without waiting for it; the verdicts are read once, after the
+    rounds (the time spent judging is not counted against the policy's budget, so
+    it changes no sample count)."""
+    from matprobe.harness.validate import first_problem
+
     contenders = [candidate] + ([baseline] if baseline is not None else [])
     for contender in contenders:  # a baseline recording serves many candidates' rounds
-        contender.samples = []
+        contender.samples, contender.judged, contender.problem = [], 0, None
+        contender.judgements = []
     names = ["producer", *(c.name for c in contenders)]
+    by_name = {c.name: c for c in contenders}
     recordings = {"producer": producer, **{c.name: c.recording for c in contenders}}
     ratios: list[float] = []
     started = time.perf_counter()
@@ -300,17 +285,30 @@ def interleave(
         for name in order:
             recorder.replay(recordings[name])  # the warm replay (see the module doc)
             times[name] = recorder.time_us(recordings[name])
+            judged = by_name.get(name)
+            if judged is not None and judged.judge is not None:
+                judging = time.perf_counter()
+                judged.judgements.append(judged.judge())
+                judged.judged += calls
+                started += time.perf_counter() - judging
         for contender in contenders:
             contender.samples.append(max(times[contender.name] - times["producer"], 0.0) / calls)
         if baseline is not None:
             base = baseline.samples[-1]
             ratios.append(candidate.samples[-1] / base if base > 0 else math.inf)
+    for contender in contenders:
+        found = first_problem(contender.judgements)
+        if found is not None:
+            contender.problem = f"timed replay {found[0] + 1}: {found[1]}"
+        contender.judgements = []
     base_stats = ClockStats.from_samples(baseline.samples, calls) if baseline is not None else None
     return Rounds(
         ClockStats.from_samples(candidate.samples, calls),
         base_stats,
         median_ci(ratios) if ratios else None,
         len(candidate.samples),
+        candidate.judged,
+        candidate.problem,
     )
 
 

@@ -35,6 +35,7 @@ from matprobe.harness.runner import (
     execute,
     make_plan,
 )
+from matprobe.harness.seeds import new_run_seed
 from matprobe.harness.store import ResultStore, default_store_path
 from matprobe.harness.stored_report import save_report
 from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
@@ -70,6 +71,8 @@ class RunOptions:
     force: bool = False
     kernel_clock: bool = False
     trials: int = 3
+    #: the run's seed (None: one from the operating system, stored with the run)
+    seed: int | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     #: recorded with the run in the store
     command: str = "matprobe run"
@@ -222,6 +225,7 @@ class RunSession:
     def __init__(self, options: RunOptions | None = None, *, stream: TextIO | None = None) -> None:
         self.options = options if options is not None else RunOptions()
         self.stream = stream if stream is not None else sys.stderr
+        self._seed: int | None = None
         self.manifest: Manifest
         self.manifest, self.registry = load_manifest_and_registry(
             self.options.manifest, self.options.plugins, self.options.factory
@@ -260,7 +264,12 @@ class RunSession:
         return variants, notes
 
     def _policy(self) -> TimingPolicy:
-        return TimingPolicy(kernel_clock=self.options.kernel_clock, trials=self.options.trials)
+        """The run's policy; its seed is the options' or, once per session, one from the OS."""
+        if self._seed is None:
+            self._seed = new_run_seed() if self.options.seed is None else self.options.seed
+        return TimingPolicy(
+            kernel_clock=self.options.kernel_clock, trials=self.options.trials, seed=self._seed
+        )
 
     def plan(self, specs: Sequence[MatmulSpec]) -> tuple[Plan, DeviceInfo]:
         """What :meth:`run` would do, without doing it: every pair's state (run, cached,
@@ -317,7 +326,11 @@ class RunSession:
             op: self.manifest.baseline_for(op, self.registry) for op in {s.kind for s in specs}
         }
         with ResultStore(options.db or default_store_path()) as store:
-            environment: dict[str, Any] = {"device": device.to_dict(), "source": source}
+            environment: dict[str, Any] = {
+                "device": device.to_dict(),
+                "source": source,
+                "seed": policy.seed,  # `run --seed` with it replays this run's values
+            }
             if self.plugins:
                 environment["plugins"] = list(self.plugins)
             local_cuda = device.kind == "cuda" and cluster is None

@@ -25,7 +25,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -51,12 +51,17 @@ class TimingPolicy:
     trials: int = 3
     #: cap on the memory the rotating input sets may take (bytes)
     max_rotation_bytes: int = 4 * 2**30
+    #: the run's seed, every drawn value's origin (:mod:`~matprobe.harness.seeds`;
+    #: None: one from the OS). Not part of the fingerprint: a verdict reached on
+    #: other values is the same verdict.
+    seed: int | None = None
 
     @property
     def fingerprint(self) -> str:
         """The settings and the harness's measurement code: a verdict reached by
         other validation or timing code is another result (see ``fingerprint.py``)."""
-        text = json.dumps(asdict(self), sort_keys=True) + measurement_fingerprint()
+        settings = {k: v for k, v in asdict(self).items() if k != "seed"}
+        text = json.dumps(settings, sort_keys=True) + measurement_fingerprint()
         return "p" + hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
@@ -78,59 +83,66 @@ def calls_per_sample(n_sets: int, policy: TimingPolicy) -> int:
 # ---- CUDA --------------------------------------------------------------------------
 
 
-def time_host_cuda(fn: Call, inputs: Any, out: Any, policy: TimingPolicy) -> ClockStats:
-    import torch
-
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(policy.host_samples):
+def time_host(
+    prepare: Callable[[int], None],
+    call: Callable[[int], None],
+    sync: Callable[[], None],
+    policy: TimingPolicy,
+    *,
+    budget: bool = False,
+) -> ClockStats:
+    """The host clock: call ``i`` (one eager kernel call) and ``sync``, wall clock,
+    after an untimed ``prepare(i)`` (its producer) and ``sync``. Up to
+    ``host_samples`` calls; with ``budget`` (the CPU, MPS) at least three, then
+    until the policy's budget is spent. ``len(samples)`` calls were made."""
+    samples: list[float] = []
+    started = time.perf_counter()
+    for i in range(policy.host_samples):
+        prepare(i)
+        sync()
         t0 = time.perf_counter()
-        fn(inputs, out)
-        torch.cuda.synchronize()
+        call(i)
+        sync()
         samples.append((time.perf_counter() - t0) * 1e6)
+        if budget and time.perf_counter() - started > policy.budget_s and len(samples) >= 3:
+            break
     return ClockStats.from_samples(samples)
 
 
-def time_kernels_profiler(fn: Call, sets: Sequence[Any], out: Any, calls: int) -> ClockStats:
-    """Per-call sum of kernel durations recorded by the profiler (CUPTI)."""
+def time_kernels_profiler(
+    producers: Callable[[], None], calls_after_producers: Callable[[], None], calls: int
+) -> ClockStats:
+    """Per-call sum of kernel durations recorded by the profiler (CUPTI), for eager
+    calls each after its producer: ``producers()`` launches the ``calls`` producers
+    alone, ``calls_after_producers()`` each producer then its call. The first tells
+    how many kernels a producer launches; in the second, each call's kernels are
+    what follows its producer's."""
+    produced = _kernel_durations(producers)
+    both = _kernel_durations(calls_after_producers)
+    per_producer = len(produced) // calls
+    per_call = len(both) // calls
+    if per_call <= per_producer:
+        raise RuntimeError("the profiler recorded no kernels of the calls")
+    samples = [
+        sum(both[start + per_producer : start + per_call])
+        for start in range(0, per_call * calls, per_call)
+    ]
+    return ClockStats.from_samples(samples)
+
+
+def _kernel_durations(launch: Callable[[], None]) -> list[float]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(calls):
-            fn(sets[i % len(sets)], out)
+        launch()
         torch.cuda.synchronize()
-    durations = [
+    return [
         float(getattr(evt, "device_time", 0.0) or getattr(evt, "cuda_time", 0.0))
         for evt in prof.events()
         if str(getattr(evt, "device_type", "")).endswith("CUDA")
     ]
-    if not durations:
-        raise RuntimeError("the profiler recorded no kernels")
-    per_call = max(1, len(durations) // calls)
-    samples = [sum(durations[i : i + per_call]) for i in range(0, per_call * calls, per_call)]
-    return ClockStats.from_samples(samples)
-
-
-# ---- CPU ---------------------------------------------------------------------------
-
-
-def time_host_cpu(
-    fn: Call, inputs: Any, out: Any, policy: TimingPolicy, sync: Callable[[], None] = lambda: None
-) -> ClockStats:
-    """One call and ``sync`` (MPS: drain the queue; the CPU: nothing), wall clock."""
-    samples = []
-    started = time.perf_counter()
-    sync()
-    for _ in range(policy.host_samples):
-        t0 = time.perf_counter()
-        fn(inputs, out)
-        sync()
-        samples.append((time.perf_counter() - t0) * 1e6)
-        if time.perf_counter() - started > policy.budget_s and len(samples) >= 3:
-            break
-    return ClockStats.from_samples(samples)
 
 
 # ---- GPU state ----------------------------------------------------------------------

@@ -83,7 +83,7 @@ The bounds, with u the output dtype's unit roundoff (2⁻²⁴ f32, 2⁻¹¹ f16
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,6 +241,94 @@ def compare_many(outs: Any, refs: Any, scales: Any | None = None, k: int = 1) ->
     ``[calls, *shape]``; every figure is per call (one call's error never hides in
     another's norm). Vectorized: a replay check covers hundreds of calls, and one
     small-tensor comparison at a time costs more than the replay itself."""
+    figures, shape = _figures(outs, refs, scales, k)
+    return [_comparison(row, shape) for row in figures.tolist()]
+
+
+def first_failure(
+    outs: Any, refs: Any, scales: Any, k: int, tol_norm: float, tol_rel: float
+) -> tuple[int, str] | None:
+    """(index, what is wrong) of the first of many calls (as :func:`compare_many`
+    takes them) that fails the bounds, else None."""
+    return Verdicts(outs, refs, scales, k, tol_norm, tol_rel).describe()
+
+
+class Verdicts:
+    """The verdicts on many calls (as :func:`compare_many` takes them), computed where
+    the reference lives and left there: a timed replay is judged after every round
+    without waiting for the card; :meth:`describe` reads them (:func:`first_problem`:
+    many replays' at once)."""
+
+    def __init__(
+        self, outs: Any, refs: Any, scales: Any, k: int, tol_norm: float, tol_rel: float
+    ) -> None:
+        self.figures, self.shape = _figures(outs, refs, scales, k)
+        self.tolerances = (tol_norm, tol_rel)
+        f = self.figures
+        self.bad = (f[:, 3] > 0) | ~(f[:, 2] <= tol_norm) | ~(f[:, 1] <= tol_rel)
+
+    def describe(self) -> tuple[int, str] | None:
+        """(index, what is wrong) of the first failing call, else None (transfers)."""
+        import torch
+
+        found = torch.nonzero(self.bad)
+        if found.numel() == 0:
+            return None
+        index = int(found[0, 0])
+        problem = _comparison(self.figures[index].tolist(), self.shape).failure(*self.tolerances)
+        assert problem is not None
+        return index, problem
+
+
+@dataclass
+class Judged:
+    """One judged replay: its calls' verdicts and the guards around its outputs, both
+    still where they were computed; :func:`first_problem` reads many at once."""
+
+    verdicts: Verdicts
+    #: which guard elements changed (bool tensor), and what :meth:`problem` says of them
+    guards: Any
+    breach: Callable[[], str | None]
+    calls: int
+
+    def flag(self) -> Any:
+        return self.verdicts.bad.any() | self.guards.any()
+
+    def problem(self) -> str | None:
+        found = self.verdicts.describe()
+        if found is not None:
+            return f"call {found[0] + 1}/{self.calls}: {found[1]}"
+        return self.breach()
+
+
+def first_problem(judged: Sequence[Judged]) -> tuple[int, str] | None:
+    """(index, what is wrong) of the first judged replay with a failing call or a
+    written guard, else None — one transfer for them all."""
+    if not judged:
+        return None
+    import torch
+
+    flags = torch.stack([one.flag() for one in judged]).tolist()
+    for index, bad in enumerate(flags):
+        if bad:
+            return index, judged[index].problem() or "a check failed"
+    return None
+
+
+def _comparison(row: list[float], shape: tuple[int, ...]) -> Comparison:
+    return Comparison(
+        max_abs=row[0],
+        max_rel=row[1],
+        norm_rel=row[2],
+        nonfinite=int(row[3]),
+        worst_index=tuple(_unravel(int(row[4]), shape)),
+    )
+
+
+def _figures(outs: Any, refs: Any, scales: Any | None, k: int) -> tuple[Any, tuple[int, ...]]:
+    """Per call: max |error|, max relative error, norm-wise error, non-finite count and
+    the worst element's flat index, as a ``[calls, 5]`` float64 tensor; and the
+    shape of one call's output."""
     import torch
 
     # Computed where the reference lives (the GPU on a GPU run; the CPU elsewhere).
@@ -250,7 +338,7 @@ def compare_many(outs: Any, refs: Any, scales: Any | None = None, k: int = 1) ->
     calls, shape = refs.shape[0], tuple(refs.shape[1:])
     per_call = math.prod(shape)
     if per_call == 0:
-        return [Comparison(0.0, 0.0, 0.0, 0, tuple(0 for _ in shape)) for _ in range(calls)]
+        return torch.zeros((calls, 5), dtype=torch.float64), shape
     got, ref = got.reshape(calls, per_call), refs.reshape(calls, per_call)
     finite = torch.isfinite(got)
     nonfinite = (~finite).sum(dim=1)
@@ -279,17 +367,8 @@ def compare_many(outs: Any, refs: Any, scales: Any | None = None, k: int = 1) ->
             worst.to(torch.float64),
         ],
         dim=1,
-    ).tolist()
-    return [
-        Comparison(
-            max_abs=row[0],
-            max_rel=row[1],
-            norm_rel=row[2],
-            nonfinite=int(row[3]),
-            worst_index=tuple(int(i) for i in _unravel(int(row[4]), shape)),
-        )
-        for row in figures
-    ]
+    )
+    return figures, shape
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> list[int]:

@@ -1,0 +1,248 @@
+"""Every timed call is a judged call (issue 20), on the CPU.
+
+A kernel could win without doing the work when the calls the harness judged could
+be told apart from the calls it timed (NaN-poisoned outputs, its callers), or when
+problems repeated (fixed seeds, a producer rewriting the same ``x``). Now every
+call looks alike — a fresh ``x``, an output prefilled with fresh finite values —
+and every call of every timed replay is judged against float64. Each cheater here
+passed on main before (f5ced8b); the GPU forms are in test_gpu.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
+
+import fake_variants  # noqa: E402
+from matprobe.harness import seeds  # noqa: E402
+from matprobe.harness.device import DeviceInfo  # noqa: E402
+from matprobe.harness.inputs import MatmulInputs  # noqa: E402
+from matprobe.harness.measure import PairContext, measure_pair_safely  # noqa: E402
+from matprobe.harness.results import Status  # noqa: E402
+from matprobe.harness.timing import TimingPolicy  # noqa: E402
+from matprobe.harness.variants import Variant, variant_family  # noqa: E402
+from matprobe.spec import MatmulSpec  # noqa: E402
+
+CPU = DeviceInfo(kind="cpu", name="test-cpu")
+FAST = TimingPolicy(min_samples=3, max_samples=6, budget_s=0.02, host_samples=3)
+REGISTRY = fake_variants.registry()
+
+SPECS = [
+    "op=matmul | batch=1 | m=1 | n=53 | k=40 | tA=0 | tB=1",
+    "op=matmul_bias_add | batch=1 | m=1 | n=7 | k=33 | tA=0 | tB=0",
+    "op=matmul_alpha_beta | batch=3 | m=1 | n=17 | k=9 | tA=0 | tB=0 | alpha=0.125",
+]
+
+
+def spec(key: str, dtype: str = "f16") -> MatmulSpec:
+    return MatmulSpec.parse(key).with_dtype(dtype)
+
+
+def measure(
+    s: MatmulSpec, name: str, policy: TimingPolicy = FAST, baseline: str | None = None
+) -> Any:
+    variant = REGISTRY.family(name).variants()[0]
+    base = REGISTRY.family(baseline).variants()[0] if baseline else None
+    return measure_pair_safely(s, variant, PairContext(CPU, policy), base)
+
+
+# ---- one kind of call: nothing tells a judged call from a timed one ------------------------
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("key", SPECS)
+@pytest.mark.parametrize("name", ["cheat.nan_aware", "cheat.judged_only", "cheat.precompute"])
+def test_a_kernel_that_works_only_when_judged_fails(name: str, key: str, dtype: str) -> None:
+    result = measure(spec(key, dtype), name)
+    assert result.status is Status.FAIL, result.reason
+    assert not result.ranked
+
+
+def test_the_judged_only_kernel_passes_validation_and_fails_in_the_timed_calls() -> None:
+    """The cheater that reads its callers passes every validation trial: what fails it
+    is that the calls it skipped, the timed ones, are judged too."""
+    result = measure(spec(SPECS[0], "f32"), "cheat.judged_only")
+    assert result.reason.startswith("timed replay 1: call 1/"), result.reason
+    assert result.metrics is not None and result.metrics.max_rel < 1e-6  # validation passed
+
+
+def test_a_builder_that_precomputes_the_validation_answers_gains_nothing() -> None:
+    """The most a kernel in the harness's process can know — the run's seed and the
+    counter of fresh seeds — lets its builder answer every validation trial without
+    arithmetic; the timed calls' ``x`` come from the device's generator, new on every
+    replay, and their outputs are judged."""
+    result = measure(spec(SPECS[0], "f32"), "cheat.precompute")
+    assert result.metrics is not None and result.metrics.max_rel < 1e-6  # precomputed answers
+    assert result.status is Status.FAIL and result.reason.startswith("timed replay")
+
+
+def test_outputs_are_prefilled_with_fresh_finite_values_before_every_call() -> None:
+    """What a kernel finds in its output: finite values, never the same twice —
+    in validation, in the timed replays and in the hot and host clocks alike."""
+    found: list[torch.Tensor] = []
+
+    @variant_family(name="witness.out", ops=("matmul",), devices=("cpu",))
+    def witness(s: MatmulSpec, params: Any, device: DeviceInfo) -> Any:
+        def run(inputs: MatmulInputs, out: Any) -> None:
+            found.append(out.detach().clone())
+            out.copy_(fake_variants.exact(inputs))
+
+        return run
+
+    result = measure_pair_safely(spec(SPECS[0]), Variant(witness, ()), PairContext(CPU, FAST))
+    assert result.status is Status.PASS, result.reason
+    assert len(found) > 10
+    assert all(bool(torch.isfinite(f).all()) for f in found)
+    distinct = {f.numpy().tobytes() for f in found}
+    assert len(distinct) == len(found)
+
+
+# ---- fresh problems: no call meets a problem an earlier call had -------------------------
+
+
+def _x_witness(seen: list[bytes], early: bool = False) -> Variant:
+    """A correct kernel that notes every ``x`` it is given; ``early``: it declares
+    early launch (so the dependent chain runs on the CPU too)."""
+
+    @variant_family(
+        name="witness.x",
+        ops=("matmul", "matmul_bias_add", "matmul_alpha_beta"),
+        grid={"pdl": (1,)} if early else {},
+    )
+    def witness(s: MatmulSpec, params: Any, device: DeviceInfo) -> Any:
+        def run(inputs: MatmulInputs, out: Any) -> None:
+            seen.append(inputs.a.detach().float().numpy().tobytes())
+            out.copy_(fake_variants.exact(inputs))
+
+        return run
+
+    return witness.variants()[0]
+
+
+@pytest.mark.parametrize(
+    ("key", "early"),
+    # (a batched spec cannot be chained: an early launcher fails there, untested)
+    [*((key, False) for key in SPECS), *((key, True) for key in SPECS[:2])],
+)
+def test_every_call_of_a_process_sees_an_x_no_earlier_call_saw(key: str, early: bool) -> None:
+    """Validation trials, timed replays, the replay check, the hot and host clocks and
+    (for a kernel that launches early) the dependent chain, its recording's own
+    passes included — over three pairs of one spec in one process: every call's
+    ``x`` is new."""
+    seen: list[bytes] = []
+    for _ in range(3):
+        result = measure_pair_safely(spec(key), _x_witness(seen, early), PairContext(CPU, FAST))
+        assert result.status is Status.PASS, result.reason
+    assert len(seen) > 30
+    assert len(set(seen)) == len(seen)
+
+
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape"),
+    [
+        ((5, 3, 2, 4, 7), (3, 2, 7, 6)),
+        ((24, 1, 1, 9), (1, 9, 13)),
+        ((2, 1, 14, 1, 64), (1, 14, 64, 5)),
+    ],
+)
+def test_many_problems_on_the_same_weights_are_answered_as_one_product(
+    x_shape: tuple[int, ...], w_shape: tuple[int, ...]
+) -> None:
+    """The answers to a replay's calls (one more leading axis than the weights) equal
+    the broadcast product, computed without copying the weights once a call."""
+    from matprobe.harness.inputs import _matmul
+
+    x = torch.randn(x_shape, dtype=torch.float64)
+    w = torch.randn(w_shape, dtype=torch.float64)
+    assert torch.allclose(_matmul(x, w), x @ w, rtol=1e-12, atol=1e-12)
+
+
+def test_every_variant_gets_the_chain_on_a_card_that_can_launch_early() -> None:
+    """A kernel's parameters saying nothing about early launch prove nothing: on a
+    Hopper card every variant runs the dependent chain where the spec can be chained;
+    one that declares early launch runs it everywhere (and fails where it cannot)."""
+    from matprobe.harness.checks import runs_chain
+
+    hopper = DeviceInfo(kind="cuda", name="H100", capability=(9, 0))
+    ampere = DeviceInfo(kind="cuda", name="A100", capability=(8, 0))
+    gemv, batched = spec(SPECS[0]), spec(SPECS[2])
+    assert runs_chain(gemv, hopper, declared=False)
+    assert not runs_chain(batched, hopper, declared=False)  # batch 3: no chain to build
+    assert runs_chain(batched, hopper, declared=True)
+    assert not runs_chain(gemv, ampere, declared=False) and not runs_chain(gemv, CPU, False)
+    assert runs_chain(gemv, CPU, declared=True)
+
+
+def test_a_kernel_that_memoises_by_a_few_values_never_meets_an_old_problem() -> None:
+    """Honest on a miss, instant on a hit: it passes — it did the work — and it never
+    hit, so it never won by memory."""
+    fake_variants.MEMO_HITS[0] = 0
+    for key in SPECS:
+        result = measure(spec(key), "cheat.memo_values")
+        assert result.status is Status.PASS, result.reason
+    assert fake_variants.MEMO_HITS[0] == 0
+
+
+def test_a_row_says_how_many_timed_outputs_were_judged() -> None:
+    result = measure(spec(SPECS[0], "f32"), "fake.exact", baseline="fake.exact_pdl")
+    assert result.status is Status.PASS, result.reason
+    clocks = result.clocks
+    assert clocks.device is not None and clocks.hot is not None and clocks.host is not None
+    # one output a call: every device-clock replay (calls per sample each), every hot
+    # replay, every host call
+    timed = (
+        clocks.device.n * clocks.device.calls_per_sample
+        + clocks.hot.n * clocks.hot.calls_per_sample
+        + clocks.host.n
+    )
+    assert clocks.judged == timed
+    assert type(result).from_dict(result.to_dict()).clocks.judged == timed
+
+
+# ---- the run's seed: from the OS, stored, replayable --------------------------------------
+
+
+def test_runs_take_their_seed_from_the_operating_system() -> None:
+    assert len({seeds.new_run_seed() for _ in range(8)}) == 8
+    assert all(0 <= s < 1 << seeds.SEED_BITS for s in (seeds.new_run_seed() for _ in range(8)))
+
+
+def test_a_seed_replays_a_pair_exactly_and_another_seed_does_not() -> None:
+    from matprobe.harness import bench, inputs
+
+    def xs(seed: int) -> list[bytes]:
+        # As a new process starts a run: whatever it drew or kept before is gone.
+        seeds.restart(seed + 1)
+        bench._benches.clear()
+        inputs._cases.clear()
+        seen: list[bytes] = []
+        policy = replace(FAST, seed=seed)
+        result = measure_pair_safely(spec(SPECS[1]), _x_witness(seen), PairContext(CPU, policy))
+        assert result.status is Status.PASS, result.reason
+        return seen
+
+    first, again, other = xs(11), xs(11), xs(12)
+    assert first == again
+    assert not set(first) & set(other)
+
+
+def test_the_seed_is_not_part_of_the_policy_fingerprint() -> None:
+    """Results measured under one seed are the same verdicts under another: the cache
+    keeps them (a new seed per run would otherwise measure everything again)."""
+    assert (
+        replace(FAST, seed=1).fingerprint == replace(FAST, seed=2).fingerprint == FAST.fingerprint
+    )
+
+
+@pytest.mark.parametrize("bad", ["-1", "9223372036854775808", "x"])
+def test_a_bad_seed_is_refused_with_its_range(bad: str) -> None:
+    import argparse
+
+    from matprobe.cli_args import seed
+
+    with pytest.raises(argparse.ArgumentTypeError, match=r"whole number|2\^63"):
+        seed(bad)
