@@ -2,7 +2,8 @@
 # Issue 20 on one GPU, in one call: TESTS=1 runs the GPU tests (tests/test_gpu.py,
 # tests/test_draws.py); JOBS="src .oldmain/src" runs the default job (`matprobe run`,
 # the built-in Qwen2.5-0.5B profile, one card) with the code under each folder in
-# turn, fresh stores and fresh Triton/Inductor caches each — an older checkout's
+# turn (RUN_ARGS: more arguments, e.g. a smaller plan), fresh stores and fresh
+# Triton/Inductor caches each — an older checkout's
 # src, carried in an ignored folder, gives the before figure in the same call.
 # PROFILE=1: benchmarks/pair_profile.py first. Everything lands in $OUT/all.tgz;
 # $OUT/summary.txt holds the wall times and the best ratio of every spec
@@ -31,7 +32,8 @@ for src in ${JOBS:-}; do
   caches=$(mktemp -d)
   export TRITON_CACHE_DIR="$caches/triton" TORCHINDUCTOR_CACHE_DIR="$caches/inductor"
   start=$(date +%s.%N)
-  PYTHONPATH=$src timeout -s INT "${RUN_LIMIT_S:-400}" python3 -m matprobe run --gpus 0 \
+  # shellcheck disable=SC2086  # RUN_ARGS: more `matprobe run` arguments (a smaller plan)
+  PYTHONPATH=$src timeout -s INT "${RUN_LIMIT_S:-400}" python3 -m matprobe run --gpus 0 ${RUN_ARGS:-} \
     --db "$OUT/runs/$name.sqlite" --out "$OUT/runs/$name" > /dev/null 2> "$OUT/runs/$name.err"
   end=$(date +%s.%N)
   echo "$src: wall_s=$(python3 -c "print(round($end - $start, 1))")" | tee -a "$OUT/runs/wall.txt"

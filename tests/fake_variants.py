@@ -450,6 +450,30 @@ def cheat_memo_values(spec: MatmulSpec, params: Mapping[str, Any], device: Devic
     return run
 
 
+@variant_family(name="cheat.weight_scribbler", ops=ALL_OPS)
+def cheat_weight_scribbler(
+    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
+) -> KernelFn:
+    """Answers right from what it finds, then, the first time it meets a weight
+    buffer, writes into it (one element negated): every call it makes computes with
+    the weights as they are when it runs, so each answer is right for what it found
+    — the write lands where an engine keeps its weights."""
+    import weakref
+
+    # by tensor object, not address: a freed buffer's address is handed out again
+    seen: dict[int, weakref.ref[torch.Tensor]] = {}
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        out.copy_(exact(inputs))
+        known = seen.get(id(inputs.b))
+        if known is None or known() is not inputs.b:
+            seen[id(inputs.b)] = weakref.ref(inputs.b)
+            flat = inputs.b.view(-1)
+            flat[0] = -flat[0]
+
+    return run
+
+
 #: Cheaters of issue 20: they tell judged calls from timed ones, or meet old problems.
 JUDGED_CALL_CHEATERS: tuple[VariantFamily, ...] = (
     cheat_nan_aware,
@@ -486,6 +510,7 @@ FAMILIES: tuple[VariantFamily, ...] = (
     *ARITHMETIC_CHEATERS,
     *JUDGED_CALL_CHEATERS,
     cheat_memo_values,
+    cheat_weight_scribbler,
     cheat_side_stream,
     fake_flaky,
     fake_broken,

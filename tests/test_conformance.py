@@ -312,7 +312,7 @@ def _importable(module: str) -> bool:
 
 def validate(family: VariantFamily, spec: MatmulSpec, fn: KernelFn) -> str | None:
     """The harness's verdict on ``fn`` for ``spec`` on CPU tensors: None when it passes
-    (with the tolerance the family's declared activation quantization widens, if any)."""
+    (judged on the x its declared activation quantization computes with, if any)."""
     try:
         checked = validate_pair(spec, fn, CPU, TRIALS, interpreted=family.interpreted_on_cpu,
                                 activation_quant=family.activation_quant)  # fmt: skip

@@ -246,3 +246,86 @@ def test_a_bad_seed_is_refused_with_its_range(bad: str) -> None:
 
     with pytest.raises(argparse.ArgumentTypeError, match=r"whole number|2\^63"):
         seed(bad)
+
+
+# ---- writes outside the output, at any distance ----------------------------------------------
+
+
+@pytest.mark.parametrize("key", SPECS)
+def test_a_kernel_that_writes_into_its_weights_fails(key: str) -> None:
+    """Its answers match what it found, call by call; the checksums of every input
+    set's weights, bias and C₀ (taken as drawn, checked after the rounds and after
+    the clocks) do not."""
+    result = measure(spec(key, "f32"), "cheat.weight_scribbler")
+    assert result.status is Status.FAIL, result.reason
+    assert "wrote outside its output: into input set" in result.reason
+    assert result.metrics is not None and result.metrics.max_rel < 1e-6  # validation passed
+
+
+def test_checksums_see_a_swap_that_a_plain_sum_would_not() -> None:
+    from matprobe.harness.inputs import checksums
+
+    t = torch.arange(12, dtype=torch.float16)
+    before = checksums([t])
+    t[[2, 7]] = t[[7, 2]]
+    assert not torch.equal(checksums([t]), before)
+
+
+# ---- fingerprints of the code that ran, not of what a family says about itself ---------------
+
+
+def _hidden_family(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Variant, Any]:
+    """A family whose builder names another module as its own and keeps its arithmetic
+    in a module imported by a computed name — neither visible to a parse of its source."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "hidden_arithmetic", raising=False)  # another test's
+    helper = tmp_path / "hidden_arithmetic.py"
+    helper.write_text(
+        "def run(inputs, out):\n"
+        "    import fake_variants\n"
+        "    out.copy_(fake_variants.exact(inputs))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def build(s: MatmulSpec, params: Any, device: DeviceInfo) -> Any:
+        import importlib
+
+        return importlib.import_module("hidden_" + "arithmetic").run
+
+    build.__module__ = "matprobe.variants.torch_ref"  # says it is shipped code
+    family = variant_family(name="cheat.hidden_module", ops=("matmul",))(build)
+    return family.variants()[0], helper
+
+
+def test_a_result_records_the_files_its_process_ran(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    variant, helper = _hidden_family(tmp_path, monkeypatch)
+    result = measure_pair_safely(spec(SPECS[0]), variant, PairContext(CPU, FAST))
+    assert result.status is Status.PASS, result.reason
+    assert str(helper.resolve()) in result.sources
+    assert not any("site-packages" in p or "/matprobe/" in p for p in result.sources)
+    assert type(result).from_dict(result.to_dict()).sources == result.sources
+
+
+def test_an_edit_to_a_module_it_ran_makes_the_cached_result_stale(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A family whose kernel, kept where its fingerprint cannot see, is edited to write
+    zeros keeps no cached PASS: the plan measures it again, and no table exports it."""
+    from matprobe.harness.fingerprint import changed_sources
+    from matprobe.harness.runner import LOADED_CHANGED, PairState, make_plan
+    from matprobe.harness.store import ResultStore
+
+    variant, helper = _hidden_family(tmp_path, monkeypatch)
+    s = spec(SPECS[0])
+    result = measure_pair_safely(s, variant, PairContext(CPU, FAST))
+    with ResultStore(tmp_path / "s.sqlite") as store:
+        store.put(result)
+        (pair,) = make_plan([s], [variant], CPU, FAST, store).pairs
+        assert pair.state is PairState.CACHED
+        helper.write_text("def run(inputs, out):\n    out.zero_()\n")
+        assert changed_sources(dict(result.sources)) == [str(helper.resolve())]
+        (pair,) = make_plan([s], [variant], CPU, FAST, store).pairs
+        assert pair.state is PairState.RUN and pair.reason == LOADED_CHANGED

@@ -98,3 +98,26 @@ def from_gguf_blocks(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scales = blocks[..., :2].contiguous().view(torch.float16).reshape(*lead, -1)
     quants = blocks[..., 2:].contiguous().view(torch.int8).reshape(*lead, -1)
     return quants, scales
+
+
+def quantize_x_int8_block32(x: torch.Tensor) -> torch.Tensor:
+    """The activations an int8-dot kernel computes with (llama.cpp's mmvq; the
+    ``int8_block32`` declaration, ``VariantFamily.activation_quant``): per block of 32
+    along the last axis, ``d = max|x| / 127`` and ``q = round(x · (1/d))`` half away
+    from zero, each step one correctly rounded fp32 operation (tensor by tensor: CUDA
+    divides by a Python scalar as a multiply by its reciprocal) — so ``q`` is the
+    kernel's own, on any device. Returns ``q · d`` in float64 (exact), shaped like x."""
+    import torch
+
+    check_k(x.shape[-1])
+    blocks = x.to(torch.float32).reshape(*x.shape[:-1], -1, Q8_0_BLOCK)
+    amax = blocks.abs().amax(dim=-1, keepdim=True)
+    d = amax / torch.full_like(amax, 127.0)
+    zero = d == 0
+    inverse = torch.where(zero, 0.0, torch.ones_like(d) / torch.where(zero, 1.0, d))
+    scaled = blocks * inverse
+    magnitude = scaled.abs()
+    floored = torch.floor(magnitude)
+    rounded = floored + torch.floor(2.0 * (magnitude - floored))
+    q = torch.where(scaled < 0, -rounded, rounded)
+    return (q.to(torch.float64) * d.to(torch.float64)).reshape(x.shape)

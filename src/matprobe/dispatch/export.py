@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from matprobe.dispatch.table import DispatchError, DispatchTable, Entry
+from matprobe.harness.fingerprint import changed_sources
 from matprobe.harness.report import Report, Row, SpecSection
 from matprobe.harness.variants import Registry
 
@@ -36,6 +37,11 @@ def _current(row: Row, registry: Registry) -> None:
         raise DispatchError(
             f"{result.variant_id} on {result.spec_key} was measured with code that has "
             "changed since (its fingerprint differs): re-run it, then export"
+        )
+    if changed := changed_sources(dict(result.sources)):
+        raise DispatchError(
+            f"{result.variant_id} on {result.spec_key} was measured while source files "
+            f"that have changed since were loaded ({', '.join(changed)}): re-run it, then export"
         )
 
 

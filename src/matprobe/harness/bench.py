@@ -39,6 +39,7 @@ from matprobe.harness.inputs import (
     CallAnswers,
     GuardedOutputs,
     MatmulInputs,
+    checksums,
     make_input_sets,
     refill_sets,
 )
@@ -84,7 +85,11 @@ class Bench:
     producer_outputs: GuardedOutputs | None = None
     baselines: dict[str, BaselineEntry] = field(default_factory=dict)
     uses: int = 0
-    _answers: CallAnswers | None = None
+    #: the sets' float64 answers, once converted (``call_answers``)
+    _shared: dict[str, CallAnswers] = field(default_factory=dict)
+    #: checksums of what no call may write — every set's weights, bias and C₀ — as
+    #: drawn (``untouched``)
+    _sums: Any = None
 
     @property
     def first(self) -> MatmulInputs:
@@ -103,6 +108,8 @@ class Bench:
         every use but the first."""
         if self.uses:
             self.refill()
+        elif self._sums is None:
+            self._sums = checksums(self._fixed())
         self.uses += 1
 
     def refill(self) -> None:
@@ -110,7 +117,31 @@ class Bench:
         used: a recording that baked in, or memoised, the old weights now answers
         the old problem."""
         refill_sets(self.sets, self.spec, fresh_seed())
-        self._answers = None
+        self._shared.clear()
+        self._sums = checksums(self._fixed())
+
+    def _fixed(self) -> list[Any]:
+        """The tensors of the sets that only a draw writes (every one but ``a``)."""
+        return [t for one in self.sets for t in one.tensors() if t is not one.a]
+
+    def untouched(self) -> str | None:
+        """None when every set's weights, bias and C₀ hold what was drawn, else what
+        was written: a kernel writing anywhere in them — past its output by any
+        distance, or into its own inputs — changes a checksum."""
+        import torch
+
+        if self._sums is None:
+            return None
+        changed = checksums(self._fixed()) != self._sums
+        if not bool(changed.any()):
+            return None
+        first = int(torch.nonzero(changed)[0])
+        per_set = len(self._fixed()) // len(self.sets)
+        return (
+            f"wrote outside its output: into input set {first // per_set + 1} of "
+            f"{len(self.sets)} (a weight, bias or C₀ no call may write), "
+            f"{int(changed.sum())} tensor(s) changed"
+        )
 
     def outputs(self, calls: int | None = None) -> GuardedOutputs:
         """Guarded outputs for the bench's calls (or the first ``calls``)."""
@@ -156,9 +187,15 @@ class Bench:
         """Every call's output (the first ``calls``) against the float64 answer to the
         problem that call was given — the weights of its set and its row of
         ``x_log`` — and the guards; None when all pass. ``activation_quant``: the
-        family's declaration (see ``validate.spec_tolerance``)."""
+        family's declaration (its rounding applied to x: ``validate.declared_x``)."""
         found = first_problem([self.judge_later(outputs, calls, activation_quant)])
         return None if found is None else found[1]
+
+    def call_answers(self) -> CallAnswers:
+        """The sets' float64 operands, converted on first use after each (re)draw."""
+        if "answers" not in self._shared:
+            self._shared["answers"] = CallAnswers(self.sets, self.where)
+        return self._shared["answers"]
 
     def judge_later(
         self, outputs: GuardedOutputs, calls: int | None = None, activation_quant: str | None = None
@@ -166,25 +203,34 @@ class Bench:
         """:meth:`judge`, computed on the device and read later (:func:`first_problem`):
         the timed rounds judge every replay without waiting for the card."""
         count = len(outputs.views) if calls is None else calls
-        if self._answers is None:
-            self._answers = CallAnswers(self.sets, self.where)
-        answers, scales = self._answers.answers(self.x_log[:count])
+        answers, scales = self.call_answers().answers(self.x_log[:count], activation_quant)
         assert self.spec.k is not None
-        tolerances = spec_tolerance(self.spec, activation_quant=activation_quant)
+        tolerances = spec_tolerance(self.spec)
         verdicts = Verdicts(outputs.block[:count], answers, scales, self.spec.k, *tolerances)
         return Judged(verdicts, outputs.changed_guards(), outputs.breach, count)
 
 
 def make_bench(
-    spec: MatmulSpec, sets: list[MatmulInputs], calls: int, notes: tuple[str, ...] = ()
+    spec: MatmulSpec,
+    sets: list[MatmulInputs],
+    calls: int,
+    notes: tuple[str, ...] = (),
+    *,
+    within: Bench | None = None,
 ) -> Bench:
-    """A bench over ``sets`` for ``calls`` calls (a multiple of the set count)."""
+    """A bench over ``sets`` for ``calls`` calls (a multiple of the set count);
+    ``within``: a bench whose first sets these are (the hot and host clocks' one
+    set), whose float64 weights they share — converted once, not once a clock."""
     import torch
 
     first = sets[0]
     assert calls % len(sets) == 0, "every set serves the same number of calls"
     x_log = torch.empty((calls, *first.a.shape), dtype=first.a.dtype, device=first.a.device)
-    return Bench(spec, sets, calls, x_log, notes)
+    bench = Bench(spec, sets, calls, x_log, notes)
+    if within is not None:
+        assert within.sets[: len(sets)] == sets, "the sets must be the first of the outer bench"
+        bench._shared["answers"] = within.call_answers().first(len(sets))
+    return bench
 
 
 #: by (spec key, torch device, device kind, L2 bytes, policy)

@@ -31,7 +31,7 @@ from matprobe.harness.inputs import (
     torch_float64,
 )
 from matprobe.harness.seeds import fresh_seed
-from matprobe.harness.validate import first_failure, spec_tolerance
+from matprobe.harness.validate import declared_x, first_failure, spec_tolerance
 from matprobe.spec import MatmulSpec
 
 #: Dependent calls in a chain, and replays of it (each replay filled afresh).
@@ -49,7 +49,7 @@ def check_replay(
 ) -> str | None:
     """Refill the bench's sets (values the recording was never made on), replay
     once, judge every call's output and the guards; ``activation_quant``: the
-    family's declaration (see ``validate.spec_tolerance``)."""
+    family's declaration (see ``validate.declared_x``)."""
     bench.refill()
     recorder.sync()
     recorder.replay(recording)
@@ -139,8 +139,8 @@ def check_chain(
         recorder.sync()
         recorder.replay(recording)
         recorder.sync()
-        x = chain[:links, :k].to(torch_float64()).view(links, 1, 1, k)
-        problem = _judge_calls(spec, outs, operands.answer(x), operands.scale(x), activation_quant)
+        x = declared_x(chain[:links, :k].to(torch_float64()).view(links, 1, 1, k), activation_quant)
+        problem = _judge_calls(spec, outs, operands.answer(x), operands.scale(x))
         if problem:
             return (
                 f"dependent chain (each output feeds the next call's x): {problem[0]}/"
@@ -150,16 +150,12 @@ def check_chain(
 
 
 def _judge_calls(
-    spec: MatmulSpec,
-    outs: Sequence[Any],
-    answers: Any,
-    scales: Any,
-    activation_quant: str | None = None,
+    spec: MatmulSpec, outs: Sequence[Any], answers: Any, scales: Any
 ) -> tuple[str, str] | None:
     """(\"call i\", what is wrong) for the first call whose output fails, else None."""
     import torch
 
     assert spec.k is not None
-    tolerances = spec_tolerance(spec, activation_quant=activation_quant)
+    tolerances = spec_tolerance(spec)
     failed = first_failure(torch.stack(list(outs)), answers, scales, spec.k, *tolerances)
     return None if failed is None else (f"call {failed[0] + 1}", failed[1])

@@ -15,9 +15,13 @@ and on every machine:
   the timing policy's fingerprint: a store written by an older harness, whose
   validation or timing differed, is measured again.
 
-What a parse cannot see — a module imported by a computed name, a file read
-by path and never imported, a helper outside the package directory — a
-family names in ``variant_family(sources=...)``.
+What a parse cannot see — a module imported by a computed name, a helper
+outside the package directory, a builder that names another module as its own —
+is caught by what ran (:func:`loaded_sources`): each result records the source
+hash of every source file its worker had loaded as a module from outside the
+standard library, the installed packages and matprobe's own code, and a stored
+result whose files changed since is measured again and never exported (a file read by
+path and never imported a family still names in ``variant_family(sources=...)``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import ast
 import functools
 import hashlib
 import sys
+import sysconfig
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -180,3 +185,68 @@ def measurement_fingerprint() -> str:
     """The hash of the harness's measurement code, once per process: the code
     that runs is what was imported, and planning asks for it once per pair."""
     return hash_files(measurement_sources())
+
+
+@functools.cache
+def _installed_roots() -> tuple[Path, ...]:
+    """The standard library's and the installed packages' folders: code there is
+    named by its distribution's version in the device fingerprint, not hashed."""
+    paths = sysconfig.get_paths()
+    roots = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
+    roots.update(p for p in sys.path if "site-packages" in p or "dist-packages" in p)
+    return tuple(Path(root).resolve() for root in roots if root)
+
+
+#: matprobe's own code: its measurement code is in the policy fingerprint, its
+#: families' closures in their own fingerprints
+_OWN_ROOT = HARNESS_DIR.parent
+
+
+def loaded_sources() -> dict[str, str]:
+    """Every source file this process has loaded as a module from outside the
+    standard library, the installed packages and matprobe itself — a plugin, the
+    modules it imported by any name, a test's kernels, a script — by path: the hash
+    of its bytes (16 hex), taken the first time this process looks (right after the
+    first pair it measured: the code that ran). What ran, not what a family says
+    about itself."""
+    found: dict[str, str] = {}
+    for name, module in list(sys.modules.items()):
+        path = _outside_path(name, getattr(module, "__file__", None))
+        if path is not None:
+            if path not in _digests:
+                _digests[path] = _file_digest(path)
+            found[path] = _digests[path]
+    return found
+
+
+def changed_sources(recorded: dict[str, str]) -> list[str]:
+    """The files of ``recorded`` (:func:`loaded_sources` when a result was measured)
+    whose bytes now differ or that are gone."""
+    return [path for path, digest in sorted(recorded.items()) if _file_digest(path) != digest]
+
+
+#: by (module name, file): its resolved path when it counts (see loaded_sources), else None
+_classified: dict[tuple[str, str], str | None] = {}
+#: by path: the digest first taken in this process
+_digests: dict[str, str] = {}
+
+
+def _outside_path(name: str, file: object) -> str | None:
+    if not isinstance(file, str) or not file.endswith(".py"):
+        return None
+    key = (name, file)
+    if key not in _classified:
+        path = Path(file).resolve()
+        inside = path.is_relative_to(_OWN_ROOT) or any(
+            path.is_relative_to(root) for root in _installed_roots()
+        )
+        _classified[key] = None if inside else str(path)
+    return _classified[key]
+
+
+def _file_digest(path: str) -> str:
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        data = b"\0unreadable"
+    return hashlib.sha256(data).hexdigest()[:16]

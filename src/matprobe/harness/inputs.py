@@ -29,6 +29,7 @@ and the output is ``y = silu(g) ⊙ u`` with ``g = x·W_gateᵀ``, ``u = x·W_up
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -384,13 +385,35 @@ class CallAnswers:
         self.operands = Operands64.of(_stack(sets), device)
         self.where = float64_device(device)
 
-    def answers(self, x_log: Any) -> tuple[Any, Any]:
+    def first(self, count: int) -> CallAnswers:
+        """The answers for the first ``count`` sets alone (views of these operands)."""
+        if count == self.count:
+            return self
+        part = copy.copy(self)
+        ops = self.operands
+        part.count = count
+        part.operands = Operands64(
+            w=ops.w[:count],
+            c0=None if ops.c0 is None else ops.c0[:count],
+            bias=None if ops.bias is None else ops.bias[:count],
+            alpha=ops.alpha,
+            beta=ops.beta,
+            swiglu=ops.swiglu,
+            _w_abs=None if ops._w_abs is None else ops._w_abs[:count],
+        )
+        return part
+
+    def answers(self, x_log: Any, activation_quant: str | None = None) -> tuple[Any, Any]:
         """``(references, scales)``, ``[calls, batch, m, n_out]``, for ``x_log``
-        (``[calls, *a's stored shape]``, calls a multiple of the set count)."""
+        (``[calls, *a's stored shape]``, calls a multiple of the set count), x as a
+        kernel that declares ``activation_quant`` computes with it."""
+        from matprobe.harness.validate import declared_x
+
         x = x_log.detach().to(self.where, torch_float64())
         x = x.view(-1, self.count, *x.shape[1:])
         if self.ta:
             x = x.transpose(-1, -2)
+        x = declared_x(x, activation_quant)
         refs, scales = self.operands.answer(x), self.operands.scale(x)
         return refs.flatten(0, 1), scales.flatten(0, 1)
 
@@ -482,6 +505,22 @@ def _bit_sums(inputs: MatmulInputs) -> torch.Tensor | None:
     return torch.stack(
         [t.view(ints[t.element_size()]).sum(dtype=torch.int64) for t in inputs.tensors()]
     )
+
+
+def checksums(tensors: Sequence[Any]) -> Any:
+    """One int64 checksum per tensor, computed where it lives: its bits as integers,
+    each times a weight from its position (so swapped or offsetting writes change it
+    too), summed with wrap-around. A write into a tensor no kernel should write —
+    an input set's weights, say — changes its checksum."""
+    import torch
+
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    sums = []
+    for tensor in tensors:
+        bits = tensor.detach().reshape(-1).view(ints[tensor.element_size()]).to(torch.int64)
+        weights = torch.arange(bits.numel(), device=bits.device, dtype=torch.int64) % 65521 + 1
+        sums.append((bits * weights).sum())
+    return torch.stack(sums) if sums else torch.zeros(0, dtype=torch.int64)
 
 
 #: Memory the seeded cases of one process may hold (their inputs: a reference is

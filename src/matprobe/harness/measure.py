@@ -20,6 +20,7 @@ from typing import Any
 from matprobe.harness.bench import Bench, baseline_on, bench_for, make_bench
 from matprobe.harness.checks import check_chain, check_replay, runs_chain
 from matprobe.harness.device import DeviceInfo
+from matprobe.harness.fingerprint import loaded_sources
 from matprobe.harness.inputs import GuardedOutputs, fresh_copy, fresh_x, seeded_case, x64
 from matprobe.harness.results import Clocks, ErrorKind, PairResult, Status
 from matprobe.harness.sampling import Contender, Recorder, interleave, ratio_of, recorder_for
@@ -31,7 +32,7 @@ from matprobe.harness.timing import (
     time_host,
     time_kernels_profiler,
 )
-from matprobe.harness.validate import Validation, validate
+from matprobe.harness.validate import Validation, declared_x, validate
 from matprobe.harness.variants import KernelFn, Variant
 from matprobe.spec import MatmulSpec
 
@@ -95,6 +96,8 @@ def _result(spec: MatmulSpec, variant: Variant, ctx: PairContext, **fields: Any)
         baseline=variant.family.baseline,
         run_id=ctx.run_id,
         measured_at=_now(),
+        activation_quant=variant.family.activation_quant,
+        sources=loaded_sources(),
         **fields,
     )
 
@@ -160,7 +163,7 @@ def validate_pair(
         # kernel was given: a kernel that rewrites its inputs is graded against
         # the problem it was asked, not the one it left behind.
         x = fresh_x(case.inputs, fresh_seed())
-        a = x64(case.inputs, x)
+        a = declared_x(x64(case.inputs, x), activation_quant)
         expected = operands.answer(a), operands.scale(a)
         inputs = fresh_copy(replace(case.inputs, a=x), where)
         outputs = GuardedOutputs(spec, where)
@@ -171,7 +174,7 @@ def validate_pair(
             raise GuardBreachError(f"trial {t + 1}/{trials}: {breach}")
         return outputs.views[0], *expected
 
-    return validate(spec, trial, trials, interpreted=interpreted, activation_quant=activation_quant)
+    return validate(spec, trial, trials, interpreted=interpreted)
 
 
 def measure_pair(
@@ -303,7 +306,7 @@ def _time(
     if base is not None and base.problem:
         notes.append(f"baseline failed in a timed replay here; no ratio ({base.problem})")
         baseline_problem = base.problem
-    failure = replay_problem(candidate, activation_quant)
+    failure = bench.untouched() or replay_problem(candidate, activation_quant)
     if failure:
         return Clocks(device=rounds.candidate, notes=tuple(notes)), failure
     ratio = None if baseline is None or baseline_problem else ratio_of(rounds, baseline[0])
@@ -311,7 +314,7 @@ def _time(
     del candidate, base
 
     first = bench.first
-    hot_bench = make_bench(spec, [first], calls_per_sample(1, policy) if cuda else 1)
+    hot_bench = make_bench(spec, [first], calls_per_sample(1, policy) if cuda else 1, within=bench)
     hot_bench.producer_outputs = hot_bench.outputs()
     hot_bench.producer = recorder.record(hot_bench.steps(None, hot_bench.producer_outputs), 1)
     hot_entry = contender(hot_bench, "candidate", fn, activation_quant)
@@ -325,7 +328,7 @@ def _time(
             f"hot clock, {hot_rounds.problem}"
         )
     judged += hot_rounds.judged
-    host, problem = _host_clock(spec, fn, first, policy, recorder, cuda, activation_quant)
+    host, problem = _host_clock(spec, fn, bench, policy, recorder, cuda, activation_quant)
     if problem:
         return Clocks(device=rounds.candidate, notes=tuple(notes)), f"host clock: {problem}"
     judged += host.n
@@ -344,6 +347,8 @@ def _time(
             gap = abs(kernel.median_us - rounds.candidate.median_us) / rounds.candidate.median_us
             if gap > KERNEL_CLOCK_TOLERANCE:
                 notes.append(f"kernel clock disagrees with device clock by {gap:.0%}")
+    if problem := bench.untouched():  # the later clocks ran on the same sets
+        return Clocks(device=rounds.candidate, notes=tuple(notes)), problem
     if device.kind == "mps":
         notes.append(MPS_NOTE)
     elif not cuda:
@@ -366,7 +371,7 @@ def _kernel_clock(
     """The profiler's kernel durations of eager calls over the bench's sets, each call
     after its producer, with an ``x`` and an output of its own; every call judged.
     (The clock, the problem found or None.)"""
-    clocked = make_bench(spec, bench.sets, bench.calls)
+    clocked = make_bench(spec, bench.sets, bench.calls, within=bench)
     outputs = clocked.outputs()
     clocked.fresh_step(outputs)()
 
@@ -386,16 +391,17 @@ def _kernel_clock(
 def _host_clock(
     spec: MatmulSpec,
     fn: KernelFn,
-    first: Any,
+    outer: Bench,
     policy: TimingPolicy,
     recorder: Recorder,
     cuda: bool,
     activation_quant: str | None,
 ) -> tuple[Any, str | None]:
-    """One eager call + sync per sample, on ``first``'s weights, each call with an
-    ``x`` and an output of its own (written fresh first, untimed); every call's
-    output judged afterwards. (The clock, the problem found or None.)"""
-    bench = make_bench(spec, [first], policy.host_samples)
+    """One eager call + sync per sample, on the weights of ``outer``'s first set, each
+    call with an ``x`` and an output of its own (written fresh first, untimed); every
+    call's output judged afterwards. (The clock, the problem found or None.)"""
+    first = outer.first
+    bench = make_bench(spec, [first], policy.host_samples, within=outer)
     outputs = bench.outputs()
     bench.fresh_step(outputs)()
     host = time_host(

@@ -398,6 +398,8 @@ def _row(
         tags.append("peer")
     if result.status is not Status.PASS:
         tags.append(result.status.value.upper())
+    if result.activation_quant:  # judged on the x it declared it rounds, not on x
+        tags.append(f"x:{result.activation_quant}")
     if (
         clock
         and result.status is Status.PASS

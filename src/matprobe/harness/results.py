@@ -35,7 +35,7 @@ class ErrorMetrics:
     max_abs: float
     max_rel: float  # |out − ref| / max(|ref|, floor); floor documented in validate.py
     norm_rel: float  # ‖out − ref‖₂ / ‖ref‖₂
-    nonfinite: int  # NaN or Inf outputs (poisoned elements never written count here)
+    nonfinite: int  # NaN or Inf outputs
     tol_norm: float
     tol_rel: float
     trials: int
@@ -233,6 +233,13 @@ class PairResult:
     baseline: bool = False
     run_id: int | None = None
     measured_at: str = ""  # RFC 3339, UTC
+    #: the rounding of x its family declared (``VariantFamily.activation_quant``):
+    #: judged against a reference that applies it
+    activation_quant: str | None = None
+    #: by path, the hash of every source file the measuring process had loaded as a
+    #: module from outside the standard library, the installed packages and matprobe
+    #: (``fingerprint.loaded_sources``): a result whose files changed is stale
+    sources: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # No empty results: each status carries what explains it (the original
@@ -246,6 +253,7 @@ class PairResult:
         if self.status is not Status.ERROR and self.error_kind is not None:
             raise ValueError("only ERROR results carry an error kind")
         object.__setattr__(self, "params", dict(self.params))
+        object.__setattr__(self, "sources", dict(self.sources))
 
     @property
     def ranked(self) -> bool:
@@ -269,6 +277,8 @@ class PairResult:
             "baseline": self.baseline,
             "run_id": self.run_id,
             "measured_at": self.measured_at,
+            "activation_quant": self.activation_quant,
+            "sources": dict(self.sources),
         }
 
     @classmethod
@@ -289,4 +299,6 @@ class PairResult:
             baseline=bool(data.get("baseline", False)),
             run_id=data.get("run_id"),
             measured_at=data.get("measured_at", ""),
+            activation_quant=data.get("activation_quant"),
+            sources={str(k): str(v) for k, v in (data.get("sources") or {}).items()},
         )

@@ -31,6 +31,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, TextIO
 
 from matprobe.harness.device import DeviceInfo
+from matprobe.harness.fingerprint import changed_sources
 from matprobe.harness.results import PairResult, Status
 from matprobe.harness.store import ResultKey, ResultStore
 from matprobe.harness.timing import TimingPolicy
@@ -48,6 +49,8 @@ DEFAULT_TIMEOUT_S = 300.0
 #: Why a supported pair is to run (``PlannedPair.reason``).
 NEW = "new"
 SOURCE_CHANGED = "kernel source changed"
+#: a source file the measuring process had loaded (a plugin's, any name) changed since
+LOADED_CHANGED = "a module it ran with changed"
 POLICY_CHANGED = "harness or timing policy changed"
 ERRORED = "re-run: earlier result was an error"
 FORCED = "--force"
@@ -133,14 +136,23 @@ def make_plan(
         if force
         else store.latest_keys((key.spec_key, key.variant_id, key.device) for key in misses)
     )
+    changed: dict[tuple[tuple[str, str], ...], bool] = {}  # sources → changed (once each)
     for spec, variant, key in supported:
         hit = cached.get(key)
+        stale = False
         if hit is not None and hit.status in (Status.PASS, Status.FAIL):
-            pairs.append(PlannedPair(spec, variant, PairState.CACHED, key=key, cached=hit))
-            continue
+            recorded = tuple(sorted(hit.sources.items()))
+            if recorded not in changed:
+                changed[recorded] = bool(changed_sources(dict(recorded)))
+            stale = changed[recorded]
+            if not stale:
+                pairs.append(PlannedPair(spec, variant, PairState.CACHED, key=key, cached=hit))
+                continue
         why = (
             FORCED
             if force
+            else LOADED_CHANGED
+            if stale
             else _why_run(
                 key, hit is not None, latest.get((key.spec_key, key.variant_id, key.device))
             )

@@ -264,8 +264,10 @@ def interleave(
     producer subtracted, and per-round candidate/baseline ratios. After each timed
     replay of a contender with a ``judge``, every output of that replay is judged —
     on the device, without waiting for it; the verdicts are read once, after the
-    rounds (the time spent judging is not counted against the policy's budget, so
-    it changes no sample count)."""
+    rounds (the time spent judging is not counted against the policy's budget).
+    (Judging at the end of each round instead, each contender's ``x`` kept apart,
+    spread the GEMV pairs' samples more on an H100: 52 rounds a pair on average
+    against 36, BENCHMARKS.md.)"""
     from matprobe.harness.validate import first_problem
 
     contenders = [candidate] + ([baseline] if baseline is not None else [])

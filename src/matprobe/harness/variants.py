@@ -53,7 +53,7 @@ class KernelFn(Protocol):
     """A built kernel: computes the spec's op from ``inputs`` into ``out``.
 
     ``out`` is ``[batch, m, n]`` in the spec's dtype; a kernel must write every
-    element (the harness poisons it with NaN first) and must enqueue its work on
+    element (the harness fills it with fresh values first) and must enqueue its work on
     the current stream (graph capture and timing rely on it).
     """
 
@@ -128,8 +128,8 @@ class VariantFamily:
     origin: str = SHIPPED_ORIGIN
     #: the kernels quantize the activations on the fly, as this key of
     #: :data:`~matprobe.harness.validate.ACTIVATION_QUANTS` says (``"int8_block32"``:
-    #: llama.cpp's int8 x per 32-block); validation widens its tolerance by the
-    #: amount derived for it, for this family only
+    #: llama.cpp's int8 x per 32-block); its kernels are judged against a reference
+    #: that applies exactly that rounding to x, within the plain bound
     activation_quant: str | None = None
 
     @property
@@ -253,8 +253,9 @@ def variant_family(
     the package directory).
 
     ``activation_quant`` declares that the kernels quantize x on the fly (a key of
-    :data:`~matprobe.harness.validate.ACTIVATION_QUANTS`): validation then allows
-    the error derived for that quantization, and only for this family.
+    :data:`~matprobe.harness.validate.ACTIVATION_QUANTS`): its calls are then judged
+    against a reference that applies exactly that rounding to x, within the plain
+    bound — no more error is allowed, and the report tags its rows.
     """
 
     grid_params = {key: tuple(values) for key, values in (grid or {}).items()}
@@ -268,7 +269,7 @@ def variant_family(
     if activation_quant is not None and activation_quant not in ACTIVATION_QUANTS:
         raise MatprobeError(
             f"{name}: activation_quant {activation_quant!r} is not one the harness "
-            f"derives a tolerance for (known: {', '.join(ACTIVATION_QUANTS)})"
+            f"knows how to apply (known: {', '.join(ACTIVATION_QUANTS)})"
         )
 
     def wrap(build: Builder) -> VariantFamily:
