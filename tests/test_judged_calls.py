@@ -329,3 +329,16 @@ def test_an_edit_to_a_module_it_ran_makes_the_cached_result_stale(
         assert changed_sources(dict(result.sources)) == [str(helper.resolve())]
         (pair,) = make_plan([s], [variant], CPU, FAST, store).pairs
         assert pair.state is PairState.RUN and pair.reason == LOADED_CHANGED
+
+
+def test_a_result_records_the_versions_of_the_packages_its_process_imported() -> None:
+    """The installed distributions a process imported from count as what ran: a
+    result measured under another version of one of them is stale."""
+    from matprobe.harness.fingerprint import DIST_PREFIX, changed_sources, loaded_sources
+
+    recorded = loaded_sources()
+    assert DIST_PREFIX + "torch" in recorded and DIST_PREFIX + "numpy" in recorded
+    assert changed_sources(recorded) == []
+    older = {**recorded, DIST_PREFIX + "torch": "0.0.1"}
+    assert changed_sources(older) == [DIST_PREFIX + "torch"]
+    assert changed_sources({DIST_PREFIX + "no-such-distribution": "1.0"}) != []

@@ -207,8 +207,9 @@ def loaded_sources() -> dict[str, str]:
     standard library, the installed packages and matprobe itself — a plugin, the
     modules it imported by any name, a test's kernels, a script — by path: the hash
     of its bytes (16 hex), taken the first time this process looks (right after the
-    first pair it measured: the code that ran). What ran, not what a family says
-    about itself."""
+    first pair it measured: the code that ran); and every installed distribution
+    it imported from, as ``dist:NAME``: its version. What ran, not what a family
+    says about itself."""
     found: dict[str, str] = {}
     for name, module in list(sys.modules.items()):
         path = _outside_path(name, getattr(module, "__file__", None))
@@ -216,13 +217,57 @@ def loaded_sources() -> dict[str, str]:
             if path not in _digests:
                 _digests[path] = _file_digest(path)
             found[path] = _digests[path]
+    for dist in _loaded_distributions():
+        if dist not in _versions:  # what was imported: read once a process
+            _versions[dist] = _version(dist)
+        found[DIST_PREFIX + dist] = _versions[dist]
     return found
+
+
+#: Keys of :func:`loaded_sources` that name an installed distribution (its version)
+#: rather than a file (its hash).
+DIST_PREFIX = "dist:"
 
 
 def changed_sources(recorded: dict[str, str]) -> list[str]:
     """The files of ``recorded`` (:func:`loaded_sources` when a result was measured)
-    whose bytes now differ or that are gone."""
-    return [path for path, digest in sorted(recorded.items()) if _file_digest(path) != digest]
+    whose bytes now differ or that are gone, and the distributions installed now at
+    another version (or not at all)."""
+    changed = []
+    for key, value in sorted(recorded.items()):
+        if key.startswith(DIST_PREFIX):
+            if _version(key[len(DIST_PREFIX) :]) != value:
+                changed.append(key)
+        elif _file_digest(key) != value:
+            changed.append(key)
+    return changed
+
+
+def _loaded_distributions() -> list[str]:
+    """The installed distributions (not the standard library) of the top-level
+    packages this process has imported, by name."""
+    import importlib.metadata
+
+    global _dists_of
+    if _dists_of is None:
+        _dists_of = importlib.metadata.packages_distributions()
+    top = {name.partition(".")[0] for name in list(sys.modules)}
+    return sorted({dist for name in top for dist in _dists_of.get(name, ())})
+
+
+#: top-level import name → its distributions (read once a process)
+_dists_of: Mapping[str, list[str]] | None = None
+#: by distribution: the version this process imported
+_versions: dict[str, str] = {}
+
+
+def _version(dist: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 #: by (module name, file): its resolved path when it counts (see loaded_sources), else None
