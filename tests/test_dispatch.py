@@ -189,6 +189,24 @@ def test_a_table_whose_family_changed_since_is_refused() -> None:
         Dispatcher.checked(table, CPU, shipped_registry())
 
 
+def test_a_table_whose_kernels_ran_with_a_file_changed_since_is_refused(tmp_path: Path) -> None:
+    """What ran, not what a family says: a winner whose process loaded a module that
+    has changed since (a helper its builder imported by a computed name, say) is not
+    loaded; a file that is not on this machine (a table from elsewhere) is left to
+    the families' fingerprints."""
+    helper = tmp_path / "helper.py"
+    helper.write_text("SCALE = 1.0\n")
+    digest = {str(helper): "0" * 16}  # what it held when measured: not what it holds
+    elsewhere = {str(tmp_path / "not_here.py"): "1" * 16}
+    table = table_for([gemv_entry()], sources={**digest, **elsewhere})
+    with pytest.raises(DispatchError, match=r"source files its kernels ran with have changed"):
+        Dispatcher.checked(table, CPU, shipped_registry())
+    fine = table_for([gemv_entry()], sources=elsewhere)
+    Dispatcher.checked(fine, CPU, shipped_registry())
+    again = DispatchTable.from_dict(json.loads(json.dumps(table.to_dict())))
+    assert again.sources == table.sources
+
+
 def test_a_table_naming_a_family_not_installed_is_refused() -> None:
     entry = Entry(AWKWARD, "mine.fast", {}, "mine.fast/default", 1.0, 2.0)
     table = table_for([gemv_entry()])

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from matprobe.dispatch.table import DispatchError, DispatchTable, Entry
-from matprobe.harness.fingerprint import changed_sources
+from matprobe.harness.fingerprint import DIST_PREFIX, changed_sources
 from matprobe.harness.report import Report, Row, SpecSection
 from matprobe.harness.variants import Registry
 
@@ -79,13 +79,21 @@ def tables_from_report(
 ) -> list[DispatchTable]:
     """One table per dtype of the report's specs that have a timed baseline."""
     by_dtype: dict[str, list[Entry]] = {}
+    sources: dict[str, dict[str, str]] = {}  # by dtype: the files the winners ran
     baseline_name = "torch.matmul"
     for section in report.sections:
         if section.baseline_id:
             baseline_name = section.baseline_id.split("/", 1)[0]
         entry = _entry(section, baseline_name, registry)
         if entry is not None:
-            by_dtype.setdefault(section.spec.dtype or "f32", []).append(entry)
+            dtype = section.spec.dtype or "f32"
+            by_dtype.setdefault(dtype, []).append(entry)
+            for row in section.rows:
+                if row.result.variant_id == entry.variant_id:
+                    files = row.result.sources.items()
+                    sources.setdefault(dtype, {}).update(
+                        (k, v) for k, v in files if not k.startswith(DIST_PREFIX)
+                    )
     device = report.device
     created = dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
     tables = []
@@ -106,6 +114,7 @@ def tables_from_report(
                 baseline=baseline_name,
                 plugins=tuple(plugins),
                 source={"run": report.run_id, "from": source, "created": created},
+                sources=sources.get(dtype, {}),
             )
         )
     return tables

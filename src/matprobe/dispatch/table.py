@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from matprobe.errors import MatprobeError, SpecError
+from matprobe.harness.fingerprint import changed_sources
 from matprobe.spec import MatmulSpec
 
 #: The format tag in every table; a reader refuses another.
@@ -113,6 +114,8 @@ class DispatchTable:
     baseline: str = "torch.matmul"
     plugins: tuple[str, ...] = ()
     source: Mapping[str, Any] = field(default_factory=dict)  # store, run id, created
+    #: the source files the winners' processes ran (``PairResult.sources``), by path
+    sources: Mapping[str, str] = field(default_factory=dict)
 
     def lookup(self, spec: MatmulSpec) -> Entry | None:
         """The entry for ``spec``'s shape at the nearest m (ties: the smaller m)."""
@@ -147,6 +150,7 @@ class DispatchTable:
             "plugins": list(self.plugins),
             "families": dict(self.families),
             "source": dict(self.source),
+            "sources": dict(self.sources),
             "entries": [e.to_dict() for e in self.entries],
         }
 
@@ -171,6 +175,7 @@ class DispatchTable:
                 baseline=str(data.get("baseline", "torch.matmul")),
                 plugins=tuple(str(p) for p in data.get("plugins", ())),
                 source=dict(data.get("source", {})),
+                sources={str(k): str(v) for k, v in dict(data.get("sources", {})).items()},
             )
         except (KeyError, TypeError, ValueError, SpecError) as exc:
             raise DispatchError(f"{where}: malformed dispatch table ({exc})") from exc
@@ -221,6 +226,14 @@ def table_problems(
                 f"family {family} has changed since the table was measured (fingerprint "
                 f"{table.families.get(family)} in the table, {installed} here): re-run it"
             )
+    # Files that exist here (a table from another machine names its own paths: the
+    # families' fingerprints above are what holds across machines).
+    here = {path: digest for path, digest in table.sources.items() if Path(path).is_file()}
+    if changed := changed_sources(here):
+        problems.append(
+            f"source files its kernels ran with have changed since it was measured "
+            f"({', '.join(changed)}): re-run them"
+        )
     return problems
 
 
