@@ -277,8 +277,8 @@ _digests: dict[str, str] = {}
 
 
 def _outside_path(name: str, file: object) -> str | None:
-    if not isinstance(file, str) or not file.endswith(".py"):
-        return None
+    if not isinstance(file, str) or not file.endswith(".py") or not Path(file).is_absolute():
+        return None  # not a file a module was loaded from (torch.ops says "_ops.py")
     key = (name, file)
     if key not in _classified:
         path = Path(file).resolve()
