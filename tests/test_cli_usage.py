@@ -345,3 +345,60 @@ def test_naming_a_family_keeps_one_interpreted_point_on_the_cpu(
     planned = [line for line in out.splitlines() if "triton.gemv_nt/" in line]
     everything = len(shipped_registry().family("triton.gemv_nt").variants())
     assert len(planned) == (points if points is not None else everything)
+
+
+# ---- issue 21: found up front, one line, exit 2 ----------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--json", "--csv"])
+@pytest.mark.parametrize("where", ["file_as_parent", "read_only_parent"])
+def test_an_unwritable_export_path_fails_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, where: str
+) -> None:
+    """A missing parent under something that cannot hold it is found before the run
+    (it was found only after the whole run had been measured)."""
+    import os
+
+    if where == "file_as_parent":
+        blocker = tmp_path / "not_a_folder"
+        blocker.write_text("a file")
+        target = blocker / "missing" / "out.json"
+        needle = "is a file, not a directory"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("file modes do not bind root")
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        target = locked / "missing" / "out.json"
+        needle = "is not writable"
+    db = tmp_path / "r.sqlite"
+    code, _ = run_cpu(tmp_path, "--variants", "torch.matmul", flag, str(target), "--db", str(db))
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err, err
+    if db.exists():
+        with ResultStore(db) as store:
+            assert store.runs() == []
+
+
+def test_a_manifest_that_is_not_utf8_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "m.toml"
+    manifest.write_bytes(b'[families]\n"torch.matmul" = \xff\xfe\n')
+    for argv in (["variants", "--manifest", str(manifest)], ["run", "--manifest", str(manifest)]):
+        code, _ = run(*argv)
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "is not UTF-8 text" in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("value", ["-4", "0"])
+@pytest.mark.parametrize("flag", ["--trials", "--tokens"])
+def test_one_limit_one_message_for_every_value_below_it(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    """``--context -4`` said "must be 0 or more" and ``--context 0`` "must be at least 1"."""
+    code, _ = run("run", "--device", "cpu", flag, value)
+    err = capsys.readouterr().err
+    assert code == 2 and f"must be at least 1, got {value}" in err, err

@@ -361,21 +361,28 @@ def _print_plan(session: Any, specs: Sequence[MatmulSpec], out: TextIO) -> int:
 def _check_writable_file(path: Path) -> None:
     """Before a run, not after it: an output file that cannot be written is a usage
     error that costs nothing measured."""
-    folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise MatprobeError(f"cannot write {path}: it is a directory")
-    if folder.exists() and not os.access(folder, os.W_OK):
-        raise MatprobeError(f"cannot write {path}: {folder} is not writable")
+    _check_creatable(path.parent if str(path.parent) else Path("."), f"cannot write {path}")
 
 
 def _check_writable_dir(path: Path) -> None:
     if path.exists() and not path.is_dir():
         raise MatprobeError(f"cannot write reports to {path}: it is a file")
-    existing = path
-    while not existing.exists():
+    _check_creatable(path, f"cannot write reports to {path}")
+
+
+def _check_creatable(folder: Path, what: str) -> None:
+    """``folder`` exists and is writable, or can be made: its nearest existing
+    ancestor is a writable directory (a missing parent is found now, not after
+    the run has been measured)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
         existing = existing.parent
+    if not existing.is_dir():
+        raise MatprobeError(f"{what}: {existing} is a file, not a directory")
     if not os.access(existing, os.W_OK):
-        raise MatprobeError(f"cannot write reports to {path}: {existing} is not writable")
+        raise MatprobeError(f"{what}: {existing} is not writable")
 
 
 def _write(path: Path, text: str) -> None:

@@ -17,9 +17,14 @@ def non_negative(text: str) -> int:
 
 
 def positive(text: str) -> int:
-    value = non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be at least 1")
+    """A whole number of at least 1: one message for every value below (``--context
+    -4`` and ``--context 0`` alike), naming the limit and the value given."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 

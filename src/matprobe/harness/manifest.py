@@ -213,6 +213,10 @@ def read_manifest(path: str | Path | None) -> tuple[dict[str, Any], str]:
             text, source = Path(path).read_text(encoding="utf-8"), str(path)
         except OSError as exc:
             raise ManifestError(f"cannot read manifest {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:  # TOML is UTF-8 by definition
+            raise ManifestError(
+                f"manifest {path} is not UTF-8 text (byte {exc.start}: {exc.reason})"
+            ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
