@@ -168,3 +168,42 @@ def test_console_script_runs_as_a_module() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "n=151936" not in proc.stdout  # 95 calls: filtered out
     assert "n=9728" in proc.stdout
+
+
+# ---- issue 21: a summary's bad input is reported, never summed or sent raw -------------------
+
+SUMMARY = (
+    "Matmul shape backend summary:\n"
+    "  op=matmul | batch=1 | m=1 | n=896 | k=896 | tA=0 | tB=1:\n"
+    "    backend={backend}: count=2280 | total={total}ms | avg={avg}ms | min=0.1ms"
+    " | max=0.5ms | p95_ms=0.4ms, p99_ms=0.45ms\n"
+    "\n"
+    "  op=matmul | batch=1 | m=1 | n=4864 | k=896 | tA=0 | tB=1:\n"
+    "    backend=mps: count=2280 | total=2.00ms | avg=0.001ms | min=0.001ms"
+    " | max=0.002ms | p95_ms=0.002ms, p99_ms=0.002ms\n"
+)
+
+
+@pytest.mark.parametrize(("total", "avg"), [("-740.54", "-0.3"), ("nan", "0.3"), ("1.0", "-0.1")])
+def test_negative_or_nonfinite_times_in_a_summary_are_input_problems(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], total: str, avg: str
+) -> None:
+    path = tmp_path / "s.txt"
+    path.write_text(SUMMARY.format(backend="mps", total=total, avg=avg))
+    out = io.StringIO()
+    assert main(["shapes", str(path)], out=out) == 0
+    assert "1 matmul shapes, 2.00 ms in production" in out.getvalue()
+    err = capsys.readouterr().err
+    assert "malformed timing line: bad time" in err or "bad timing field" in err
+
+
+def test_shapes_shows_a_profiles_control_bytes_instead_of_sending_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s\x07.txt"
+    path.write_text(SUMMARY.format(backend="mps\x1b[31m\x07", total="1.0", avg="0.3"))
+    out = io.StringIO()
+    assert main(["shapes", str(path)], out=out) == 0
+    text = out.getvalue() + capsys.readouterr().err
+    assert "\x1b" not in text and "\x07" not in text
+    assert "mps\\x1b[31m\\x07" in text

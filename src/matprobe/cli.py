@@ -34,7 +34,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _warn(message: str) -> None:
-    print(f"matprobe: warning: {message}", file=sys.stderr)
+    # A warning may quote the profile's own text: its control bytes are shown, not sent.
+    print(f"matprobe: warning: {term_safe(message)}", file=sys.stderr)
 
 
 def _emit_json(data: Any, out: TextIO) -> None:
@@ -210,7 +211,7 @@ def cmd_shapes(args: argparse.Namespace, out: TextIO) -> int:
     rows = []
     for spec in specs:
         prov = spec.provenance
-        backends = ",".join(t.backend for t in prov.backends) if prov else "?"
+        backends = term_safe(",".join(t.backend for t in prov.backends)) if prov else "?"
         rows.append(
             [
                 _fmt_ms(prov.total_ms) if prov else "?",
@@ -219,11 +220,13 @@ def cmd_shapes(args: argparse.Namespace, out: TextIO) -> int:
                 backends,
                 _fmt_flops(spec),
                 _fmt_bytes(spec),
-                spec.key(),
+                term_safe(spec.key()),
             ]
         )
     total_ms = sum(s.provenance.total_ms for s in specs if s.provenance)
-    out.write(f"{loaded.source}: {len(specs)} matmul shapes, {total_ms:.2f} ms in production\n")
+    out.write(
+        f"{term_safe(loaded.source)}: {len(specs)} matmul shapes, {total_ms:.2f} ms in production\n"
+    )
     headers = ["total ms", "count", "avg ms", "backend", "MFLOP", "min MB", "shape"]
     out.write(_table(headers, rows, right={0, 1, 2, 4, 5}) + "\n")
     return 0

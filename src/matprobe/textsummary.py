@@ -12,6 +12,7 @@ A block that is cut off or does not parse is reported as a
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -72,6 +73,11 @@ def parse_backend_line(text: str) -> BackendTiming:
     count = values["count"]
     if count != int(count) or count < 0:
         raise SpecError(f"bad count {count}")
+    # Times are durations: a negative or non-finite one is an input problem (as in
+    # JSONL), never summed into "ms in production".
+    for key in _REQUIRED_STATS[1:]:
+        if not math.isfinite(values[key]) or values[key] < 0:
+            raise SpecError(f"bad time {key}={values[key]:g} ms (a duration is 0 or more)")
     stats = Stats(
         count=int(count),
         total_ms=values["total"],
