@@ -25,6 +25,7 @@ its plugins (and the command line's) and then checks the tables against it.
 from __future__ import annotations
 
 import fnmatch
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,12 +73,13 @@ class Manifest:
 
     def variants(self, registry: Registry, patterns: Sequence[str] | None = None) -> list[Variant]:
         """Every enabled variant, optionally only those whose id or family name
-        matches one of the glob ``patterns``. A disabled family runs only when a
-        pattern names it (starts with its name): ``--variants torch.compile``."""
+        matches one of the glob ``patterns``. One rule for a family the manifest turns
+        off (:data:`OFF_FAMILY_RULE`): it runs when a pattern names it —
+        ``--variants torch.compile``, ``'mlx*'``, ``'mlx.matmul/*'``, never ``'*'``."""
         selected: list[Variant] = []
         for family in registry.families():
             config = self.families.get(family.name, FamilyConfig())
-            named = any(p.startswith(family.name) for p in patterns or ())
+            named = any(names_family(p, family.name) for p in patterns or ())
             if not config.enabled and not named:
                 continue
             for variant in family.variants(config.grid):
@@ -100,6 +102,23 @@ class Manifest:
             if family.baseline and op_kind in family.ops:
                 return family.name
         return None
+
+
+#: How ``--variants`` reaches a family the manifest turns off, said in messages.
+OFF_FAMILY_RULE = (
+    "a family the manifest turns off runs when a --variants pattern names it: the "
+    "pattern starts with the family's name, or matches it and its text before any "
+    "wildcard starts the name ('mlx*', 'torch.compile/*'; not '*')"
+)
+
+
+def names_family(pattern: str, family: str) -> bool:
+    """Whether ``pattern`` (a ``--variants`` glob) names ``family`` (see
+    :data:`OFF_FAMILY_RULE`): ``*`` matches every name but names none."""
+    if pattern.startswith(family):
+        return True
+    literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+    return bool(literal) and family.startswith(literal) and fnmatch.fnmatchcase(family, pattern)
 
 
 def _grid_value_problem(value: Any, defaults: Sequence[Any]) -> str | None:

@@ -23,7 +23,12 @@ from typing import Any, TextIO
 
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo, detect
-from matprobe.harness.manifest import Manifest, load_manifest_and_registry
+from matprobe.harness.manifest import (
+    OFF_FAMILY_RULE,
+    Manifest,
+    load_manifest_and_registry,
+    names_family,
+)
 from matprobe.harness.progress import run_progress
 from matprobe.harness.report import Report, build_report, early_launch_note
 from matprobe.harness.runner import (
@@ -201,8 +206,8 @@ def _check_pattern(pattern: str, registry: Registry) -> None:
     takes several patterns) was meant as the profile."""
     ids = [v.id for family in registry.families() for v in family.variants()]
     names = registry.names()
-    if any(fnmatch.fnmatchcase(x, pattern) for x in ids + names) or any(
-        pattern.startswith(name) for name in names
+    if any(fnmatch.fnmatchcase(x, pattern) for x in ids) or any(
+        names_family(pattern, name) for name in names
     ):
         return
     if Path(pattern).is_file():
@@ -238,7 +243,7 @@ class RunSession:
         self.variants = self.manifest.variants(self.registry, patterns)
         if not self.variants:
             raise MatprobeError(
-                f"no variant matches {' '.join(self.options.variants)!r}; "
+                f"no variant matches {' '.join(self.options.variants)!r} ({OFF_FAMILY_RULE}); "
                 f"known families: {', '.join(self.registry.names())}"
             )
 
