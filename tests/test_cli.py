@@ -207,3 +207,39 @@ def test_shapes_shows_a_profiles_control_bytes_instead_of_sending_them(
     text = out.getvalue() + capsys.readouterr().err
     assert "\x1b" not in text and "\x07" not in text
     assert "mps\\x1b[31m\\x07" in text
+
+
+# ---- issue 21: the user's own profile measures something ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prefix", "weights", "said"),
+    [
+        ("001", "f16", "f16 taken (as the built-in profile)"),
+        ("000", "f16", "f16 taken"),
+        ("003", "q8_0", "Q8_0 weights taken from its Q8_0 loaders and kernels"),
+    ],
+)
+def test_a_profile_without_dtypes_gets_one_and_says_which(
+    prefix: str, weights: str, said: str
+) -> None:
+    """Every seed summary names no dtype: ``matprobe run`` on one recorded a run of
+    "unsupported: no dtype" pairs. Now the profile's own signs decide (Q8_0 loaders
+    and kernels), else f16 — said in one warning; ``--dtype`` decides silently."""
+    from matprobe.profiles import load_specs
+
+    loaded = load_specs(seed(prefix))
+    assert all(s.dtype for s in loaded.specs)
+    weight_specs = [s for s in loaded.specs if s.kind != "matmul_alpha_beta"]
+    assert weight_specs and all(s.dtype == weights for s in weight_specs)
+    assert any(said in w for w in loaded.warnings)
+    chosen = load_specs(seed(prefix), default_dtype="bf16")
+    assert not any("no dtype" in w for w in chosen.warnings)
+
+
+def test_a_run_on_a_seed_summary_plans_pairs_to_run() -> None:
+    code, out = run(
+        "run", str(seed("001")), "--device", "cpu", "--variants", "torch.*", "--dry-run"
+    )
+    assert code == 0, out
+    assert "no dtype" not in out and " to run" in out

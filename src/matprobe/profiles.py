@@ -7,6 +7,7 @@ harness, impact estimates) works the same whatever the input was.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 from matprobe.errors import ProfileError, SpecError
 from matprobe.jsonl import ProfileScan, open_text, scan
 from matprobe.models import ATTENTION_DTYPE_Q8_0
+from matprobe.safetext import term_safe
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance, merge_specs
 from matprobe.stats import Stats
 from matprobe.textsummary import read_summary
@@ -91,10 +93,35 @@ def _fused_layout(spec: MatmulSpec) -> MatmulSpec:
     )
 
 
+def inferred_dtype(specs: Sequence[MatmulSpec]) -> tuple[str, str]:
+    """The dtype of a profile that names none, and the line that says how it was
+    decided: Q8_0 where its Q8_0 loaders or kernels say so (``loader=q8nk_split``,
+    backends like ``gemv_q8_fused2``), else f16, as the built-in profile."""
+    signs = sorted(
+        {s.loader for s in specs if s.loader and "q8" in s.loader.lower()}
+        | {
+            t.backend
+            for s in specs
+            if s.provenance
+            for t in s.provenance.backends
+            if "q8" in t.backend.lower()
+        }
+    )
+    if signs:
+        named = ", ".join(term_safe(name) for name in signs[:3])
+        return "q8_0", (
+            f"no dtype in the profile: Q8_0 weights taken from its Q8_0 loaders and "
+            f"kernels ({named}); --dtype chooses another"
+        )
+    return "f16", "no dtype in the profile: f16 taken (as the built-in profile); --dtype chooses"
+
+
 def load_specs(path: str | Path | None = None, default_dtype: str | None = None) -> LoadedSpecs:
     """Read the matmul specs of a profile (the built-in one when ``path`` is None).
 
-    ``default_dtype`` fills in the dtype of specs whose profile does not say.
+    ``default_dtype`` fills in the dtype of specs whose profile does not say; without
+    it the profile's own signs decide (:func:`inferred_dtype`, said in a warning):
+    a run never records a plan of "no dtype" pairs.
     """
     source = None
     if path is None:
@@ -115,8 +142,12 @@ def load_specs(path: str | Path | None = None, default_dtype: str | None = None)
         read = read_summary(path)
         specs = read.specs
         warnings = [f"{path.name}: {w}" for w in read.warnings]
-    if default_dtype is not None:
-        specs = [s if s.dtype else s.with_dtype(_dtype_for(s, default_dtype)) for s in specs]
+    dtype = default_dtype
+    if dtype is None and any(not s.dtype for s in specs):
+        dtype, said = inferred_dtype(specs)
+        warnings.append(f"{path.name}: {said}")
+    if dtype is not None:
+        specs = [s if s.dtype else s.with_dtype(_dtype_for(s, dtype)) for s in specs]
     fused = [s for s in specs if s.fused_parts and (s.tA is None or s.tB is None)]
     if fused:
         warnings.append(
