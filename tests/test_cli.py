@@ -243,3 +243,11 @@ def test_a_run_on_a_seed_summary_plans_pairs_to_run() -> None:
     )
     assert code == 0, out
     assert "no dtype" not in out and " to run" in out
+
+
+@pytest.mark.parametrize("command", ["shapes", "run"])
+def test_model_list_lists_the_models(command: str) -> None:
+    """``run --help`` says '--model list' names them; it exited 2 with "unknown model"."""
+    code, out = run(command, "--model", "list")
+    assert code == 0
+    assert "qwen2.5-0.5b" in out and "llama-3.2-1b" in out

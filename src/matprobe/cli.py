@@ -118,35 +118,33 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _list_models(out: TextIO) -> int:
+    """``--model list`` (shapes and run alike): the model configs known."""
+    from matprobe.models import MODELS
+
+    rows = [
+        [
+            name,
+            str(c.hidden),
+            str(c.intermediate),
+            f"{c.heads}/{c.kv_heads}",
+            str(c.head_dim),
+            str(c.vocab),
+            str(c.layers),
+            "yes" if c.qkv_bias else "no",
+        ]
+        for name, c in MODELS.items()
+    ]
+    headers = ["model", "hidden", "inter", "heads/kv", "head_dim", "vocab", "layers", "qkv bias"]
+    out.write(_table(headers, rows, right={1, 2, 3, 4, 5, 6}) + "\n")
+    return 0
+
+
 def _shapes_from_model(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.models import MODELS, decode_specs, get_model
+    from matprobe.models import decode_specs, get_model
 
     if args.model == "list":
-        rows = [
-            [
-                name,
-                str(c.hidden),
-                str(c.intermediate),
-                f"{c.heads}/{c.kv_heads}",
-                str(c.head_dim),
-                str(c.vocab),
-                str(c.layers),
-                "yes" if c.qkv_bias else "no",
-            ]
-            for name, c in MODELS.items()
-        ]
-        headers = [
-            "model",
-            "hidden",
-            "inter",
-            "heads/kv",
-            "head_dim",
-            "vocab",
-            "layers",
-            "qkv bias",
-        ]
-        out.write(_table(headers, rows, right={1, 2, 3, 4, 5, 6}) + "\n")
-        return 0
+        return _list_models(out)
     config = get_model(args.model)
     shapes = decode_specs(
         config,
@@ -274,6 +272,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.harness.report_html import render_html
     from matprobe.harness.session import RunOptions, RunSession
 
+    if args.model == "list":
+        return _list_models(out)
     specs, source, warnings = _run_specs(args)
     for warning in warnings:
         _warn(warning)
