@@ -141,7 +141,9 @@ def test_mode_selection_knows_peers_and_what_q8_cannot_run() -> None:
     assert "dense weights" in dict(q8.skipped)["eager+table"]
     default = select_modes(None, device_kind="cuda", have_table=False, dtype="q8_0")
     assert "f16:compile" in [m.name for m in default.modes] and not default.skipped
-    no_triton = select_modes(["fused"], device_kind="cuda", have_table=False, have_triton=False)
+    no_triton = select_modes(
+        ["fused"], device_kind="cuda", have_table=False, triton_problem="needs triton (…)"
+    )
     assert "needs triton" in dict(no_triton.skipped)["fused"]
     assert mode_named("f16:compile") is not None and mode_named("f16:eager+table") is None
     assert mode_named("bf16:eager") is None
@@ -166,3 +168,23 @@ def test_the_decode_kernels_pass_plain_and_fused(dtype: str) -> None:
     for name in ("eager+decode", "fused"):
         row = result.get(name)
         assert row is not None and row.status == "PASS", (name, row and row.reason)
+
+
+def test_triton_modes_off_a_gpu_are_skipped_up_front_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``token --small --fused`` on the CPU ended its Triton modes in "RuntimeError:
+    0 active drivers" (exit 0): without the interpreter they are skipped before the
+    token runs, saying how to run them."""
+    from matprobe.token.modes import triton_problem
+
+    pytest.importorskip("triton", reason="the reason given without triton is another")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    why = triton_problem("cpu")
+    assert why is not None and "TRITON_INTERPRET=1" in why
+    chosen = select_modes(["eager", "fused"], device_kind="cpu", have_table=False,
+                          triton_problem=why)  # fmt: skip
+    assert [m.name for m in chosen.modes] == ["eager"]
+    assert dict(chosen.skipped)["fused"] == why
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert triton_problem("cpu") is None and triton_problem("cuda") is None

@@ -9,7 +9,6 @@ ERROR); 2 for a usage error, said in one line before anything runs.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -224,7 +223,7 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.models import get_model
     from matprobe.token.bench import TokenBench
     from matprobe.token.floor import measure_read_ceiling
-    from matprobe.token.modes import MODES, parse_modes, select_modes
+    from matprobe.token.modes import MODES, parse_modes, select_modes, triton_problem
     from matprobe.token.predict import check_predictions
     from matprobe.token.profile import record_token, save_profile
     from matprobe.token.report import render_text, to_json
@@ -256,7 +255,7 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
         device_kind=device,
         have_table=bool(args.table),
         dtype=args.dtype,
-        have_triton=importlib.util.find_spec("triton") is not None,
+        triton_problem=triton_problem(device),
     )
 
     def progress(message: str) -> None:

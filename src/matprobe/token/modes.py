@@ -201,12 +201,13 @@ def select_modes(
     device_kind: str,
     have_table: bool,
     dtype: str = "f16",
-    have_triton: bool = True,
+    triton_problem: str | None = None,
 ) -> ModeSelection:
     """The modes to run: ``names`` (default: the device's and dtype's), the baseline
     always first (every other mode is validated and compared against it), a peer
     baseline (``f16:eager``) first of the peers; those that cannot run here
-    skipped with the reason."""
+    skipped with the reason (``triton_problem``: why Triton kernels cannot run here,
+    None when they can)."""
     if names is None:
         if device_kind != "cuda":
             names = DEFAULT_CPU_MODES
@@ -229,7 +230,7 @@ def select_modes(
         mode = mode_named(name)
         if mode is None:
             raise MatprobeError(f"unknown mode {name!r}")
-        why = _cannot_run(mode, dtype=dtype, have_table=have_table, have_triton=have_triton)
+        why = _cannot_run(mode, dtype=dtype, have_table=have_table, triton_problem=triton_problem)
         if why is not None:
             skipped.append((name, why))
             continue
@@ -241,15 +242,35 @@ def select_modes(
     return ModeSelection(tuple(run), tuple(skipped), tuple(notes))
 
 
-def _cannot_run(mode: Mode, *, dtype: str, have_table: bool, have_triton: bool) -> str | None:
+def triton_problem(device_kind: str) -> str | None:
+    """Why Triton kernels cannot run on ``device_kind`` in this process, or None: they
+    need triton, and off a CUDA GPU its interpreter (``TRITON_INTERPRET=1`` before
+    triton is first imported) — without it a Triton launch on the CPU fails with
+    "0 active drivers" mid-token."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("triton") is None:
+        return "needs triton (pip install matprobe[gpu])"
+    if device_kind != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return (
+            "Triton kernels need a CUDA GPU (on the CPU, TRITON_INTERPRET=1 runs them in "
+            "Triton's interpreter: validated, slowly, never a speed figure)"
+        )
+    return None
+
+
+def _cannot_run(
+    mode: Mode, *, dtype: str, have_table: bool, triton_problem: str | None
+) -> str | None:
     if mode.peer is not None and dtype != "q8_0":
         return f"a peer runs beside a q8_0 token (this token is {dtype})"
     if mode.needs_table and dtype == "q8_0":
         return "a dispatch table's kernels take dense weights, not Q8_0"
     if mode.needs_table and not have_table:
         return "needs a dispatch table (--table FILE)"
-    if mode.needs_triton and not have_triton:
-        return "needs triton (pip install matprobe[gpu])"
+    if mode.needs_triton and triton_problem is not None:
+        return triton_problem
     if mode.needs_triton and dtype == "f32":
         return "triton.gemv_decode takes f16, bf16 and Q8_0 weights"
     return None
