@@ -188,3 +188,27 @@ def test_triton_modes_off_a_gpu_are_skipped_up_front_with_the_reason(
     assert dict(chosen.skipped)["fused"] == why
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert triton_problem("cpu") is None and triton_problem("cuda") is None
+
+
+@pytest.mark.parametrize(
+    ("shares", "noise"),
+    [
+        ([-19657.3, -20000.0, -19000.0, -21000.0, -18000.0, -20500.0, -19900.0], True),
+        ([-30.0, 40.0, -10.0, 25.0, 5.0, -20.0, 15.0, 30.0, -5.0], True),  # interval holds 0
+        ([580.0, 582.0, 579.0, 590.0, 585.0, 581.0, 583.0], False),
+        ([-3.0, -1.0], True),  # too few for an interval: the median's sign
+    ],
+)
+def test_a_matmul_share_whose_interval_holds_zero_is_noise_not_a_figure(
+    shares: list[float], noise: bool
+) -> None:
+    """``token`` printed ``-19657.3 µs, -56.946×`` as a matmul share."""
+    from matprobe.token.bench import ModeResult
+    from matprobe.token.modes import mode_named
+
+    eager, table = mode_named("eager"), mode_named("eager+table")
+    assert eager is not None and table is not None
+    result = ModeResult(table, "PASS", share_samples_us=shares)
+    assert result.share_is_noise is noise
+    base = ModeResult(eager, "PASS", share_samples_us=[800.0, 805.0, 798.0, 810.0, 802.0, 799.0])
+    assert not base.share_is_noise

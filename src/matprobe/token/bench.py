@@ -135,6 +135,20 @@ class ModeResult:
             return None
         return float(np.median(np.asarray(self.share_samples_us)))
 
+    @property
+    def share_is_noise(self) -> bool:
+        """A share whose 95 % interval holds 0 or lies below it is noise, not a figure
+        (a token whose matmuls cost less than its rounds' spread: ``-19657.3 µs`` was
+        printed as one)."""
+        samples = self.share_samples_us
+        if not samples:
+            return False
+        if len(samples) < 6:  # too few for an interval: the sign of the median decides
+            return float(np.median(np.asarray(samples))) <= 0
+        from matprobe.stats import median_ci
+
+        return median_ci(samples)[1] <= 0
+
 
 @dataclass
 class TokenResult:
@@ -168,6 +182,8 @@ class TokenResult:
         """A mode's matmul share over the eager baseline's (or ``base_name``'s)."""
         mine, base = self.get(name), self.get(base_name)
         if mine is None or base is None or mine.share_us is None or not base.share_us:
+            return None
+        if mine.share_is_noise or base.share_is_noise:
             return None
         return mine.share_us / base.share_us
 
