@@ -316,29 +316,41 @@ def test_the_cpu_default_validates_each_interpreted_family_on_one_spec(
         ("torch.compile", True),  # the exact name
         ("torch.comp*", True),  # a glob over the name: enabled by the same rule
         ("torch.compile/*", True),  # a grid point's id
-        ("*.compile", False),  # matches it, names none: as '*' runs the enabled ones
-        ("*", False),
+        ("*.compile", True),  # matches it and no enabled family
+        ("*", False),  # matches the enabled families: those run
+        ("torch.*", False),  # matches torch.matmul, which is on
         ("numpy.*", False),  # matches another family only
     ],
 )
 def test_one_rule_enables_a_family_the_manifest_turns_off(pattern: str, runs: bool) -> None:
     """``--variants 'mlx*'`` said no variant matched while ``--variants mlx.matmul``
-    ran: a pattern that names an off family (starts with its name, or matches it with
-    text before its first wildcard that starts the name) runs it."""
+    ran: a pattern that matches no enabled family reaches the families turned off,
+    whether it spells a name or globs it; one that matches an enabled family keeps
+    what the manifest turned off, off."""
     registry = shipped_registry()
     manifest = parse_manifest(
         {"families": {"torch.compile": {"enabled": False}}}, "m.toml", registry
     )
     chosen = {v.family.name for v in manifest.variants(registry, [pattern])}
     assert ("torch.compile" in chosen) is runs
+    assert manifest.variants(registry, [pattern]), "a pattern that matches a family runs it"
+
+
+def test_each_pattern_reaches_the_off_families_on_its_own() -> None:
+    registry = shipped_registry()
+    manifest = parse_manifest(
+        {"families": {"torch.compile": {"enabled": False}}}, "m.toml", registry
+    )
+    chosen = {v.family.name for v in manifest.variants(registry, ["torch.*", "*.compile"])}
+    assert {"torch.matmul", "torch.compile"} <= chosen
 
 
 def test_the_rule_is_said_when_nothing_matches(tmp_path: Path) -> None:
-    with pytest.raises(MatprobeError, match="turns off runs when a --variants pattern names it"):
+    with pytest.raises(MatprobeError, match="turns off runs for a --variants pattern"):
         from matprobe.harness.session import RunOptions, RunSession
 
         manifest = tmp_path / "m.toml"
         off = ("torch.matmul", "numpy.matmul", "mlx.matmul")
         manifest.write_text("".join(f'[families."{f}"]\nenabled = false\n' for f in off))
-        # matches their variants' ids, neither names them nor starts with a name
-        RunSession(RunOptions(variants=("*matmul/default",), manifest=manifest))
+        # excluded by the manifest and not a family's name: nothing to reach
+        RunSession(RunOptions(variants=("torch.matmul/nosuchpoint",), manifest=manifest))

@@ -25,7 +25,6 @@ its plugins (and the command line's) and then checks the tables against it.
 from __future__ import annotations
 
 import fnmatch
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -74,24 +73,19 @@ class Manifest:
     def variants(self, registry: Registry, patterns: Sequence[str] | None = None) -> list[Variant]:
         """Every enabled variant, optionally only those whose id or family name
         matches one of the glob ``patterns``. One rule for a family the manifest turns
-        off (:data:`OFF_FAMILY_RULE`): it runs when a pattern names it —
-        ``--variants torch.compile``, ``'mlx*'``, ``'mlx.matmul/*'``, never ``'*'``."""
-        selected: list[Variant] = []
+        off (:data:`OFF_FAMILY_RULE`): a pattern reaches it only when the pattern
+        matches no enabled family — ``--variants torch.compile``, ``'mlx*'`` with mlx
+        off, never ``'*'`` or ``'mani.*'`` where ``mani.exact`` is on."""
+        kept: list[tuple[bool, Variant]] = []  # (enabled, variant), in registry order
         for family in registry.families():
             config = self.families.get(family.name, FamilyConfig())
-            named = any(names_family(p, family.name) for p in patterns or ())
-            if not config.enabled and not named:
-                continue
             for variant in family.variants(config.grid):
-                if variant.id in config.exclude:
-                    continue
-                if patterns and not any(
-                    fnmatch.fnmatchcase(variant.id, p) or fnmatch.fnmatchcase(family.name, p)
-                    for p in patterns
-                ):
-                    continue
-                selected.append(variant)
-        return selected
+                if variant.id not in config.exclude:
+                    kept.append((config.enabled, variant))
+        if not patterns:
+            return [v for on, v in kept if on]
+        reaching_off = [p for p in patterns if not any(on and _matches(v, p) for on, v in kept)]
+        return [v for on, v in kept if any(_matches(v, p) for p in (patterns if on else reaching_off))]
 
     def baseline_for(self, op_kind: str, registry: Registry) -> str | None:
         """Family name or variant id of the baseline of an op (manifest first, then
@@ -106,19 +100,15 @@ class Manifest:
 
 #: How ``--variants`` reaches a family the manifest turns off, said in messages.
 OFF_FAMILY_RULE = (
-    "a family the manifest turns off runs when a --variants pattern names it: the "
-    "pattern starts with the family's name, or matches it and its text before any "
-    "wildcard starts the name ('mlx*', 'torch.compile/*'; not '*')"
+    "a family the manifest turns off runs for a --variants pattern that matches no "
+    "enabled family ('torch.compile', 'mlx*' with mlx off; never '*')"
 )
 
 
-def names_family(pattern: str, family: str) -> bool:
-    """Whether ``pattern`` (a ``--variants`` glob) names ``family`` (see
-    :data:`OFF_FAMILY_RULE`): ``*`` matches every name but names none."""
-    if pattern.startswith(family):
-        return True
-    literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
-    return bool(literal) and family.startswith(literal) and fnmatch.fnmatchcase(family, pattern)
+def _matches(variant: Variant, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(variant.id, pattern) or fnmatch.fnmatchcase(
+        variant.family.name, pattern
+    )
 
 
 def _grid_value_problem(value: Any, defaults: Sequence[Any]) -> str | None:

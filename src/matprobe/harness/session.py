@@ -27,7 +27,6 @@ from matprobe.harness.manifest import (
     OFF_FAMILY_RULE,
     Manifest,
     load_manifest_and_registry,
-    names_family,
 )
 from matprobe.harness.progress import run_progress
 from matprobe.harness.report import Report, build_report, early_launch_note
@@ -206,8 +205,8 @@ def _check_pattern(pattern: str, registry: Registry) -> None:
     takes several patterns) was meant as the profile."""
     ids = [v.id for family in registry.families() for v in family.variants()]
     names = registry.names()
-    if any(fnmatch.fnmatchcase(x, pattern) for x in ids) or any(
-        names_family(pattern, name) for name in names
+    if any(fnmatch.fnmatchcase(x, pattern) for x in ids + names) or any(
+        pattern.startswith(name) for name in names
     ):
         return
     if Path(pattern).is_file():
