@@ -85,7 +85,9 @@ class Manifest:
         if not patterns:
             return [v for on, v in kept if on]
         reaching_off = [p for p in patterns if not any(on and _matches(v, p) for on, v in kept)]
-        return [v for on, v in kept if any(_matches(v, p) for p in (patterns if on else reaching_off))]
+        return [
+            v for on, v in kept if any(_matches(v, p) for p in (patterns if on else reaching_off))
+        ]
 
     def baseline_for(self, op_kind: str, registry: Registry) -> str | None:
         """Family name or variant id of the baseline of an op (manifest first, then
