@@ -3,8 +3,8 @@
 set -u
 OUT=${OUT:-/tmp/prof}
 mkdir -p "$OUT"
-TABLE=benchmarks/h100-2026-11-26-token/tables/NVIDIA-H100-80GB-HBM3-f16.json
-PYTHONPATH=src python3 -m matprobe token --model qwen2.5-0.5b --context 128 --table "$TABLE" \
+source benchmarks/table_for_token.sh
+PYTHONPATH=src python3 -m matprobe token --model qwen2.5-0.5b --context 128 --table "$TABLE" --db "$DB" \
   --modes eager,eager+table --rounds 5 --profile "$OUT/profile.jsonl" --profile-mode eager+table > /dev/null 2> "$OUT/token.err"
 tail -1 "$OUT/token.err"
 PYTHONPATH=src python3 -m matprobe shapes "$OUT/profile.jsonl" | tee "$OUT/profile-shapes.txt"

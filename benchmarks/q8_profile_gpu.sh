@@ -5,12 +5,12 @@ set -u
 OUT=${OUT:-/tmp/q8p}
 mkdir -p "$OUT"
 export PYTHONPATH=src
-TABLE=benchmarks/h100-2026-11-26-token/tables/NVIDIA-H100-80GB-HBM3-f16.json
+source benchmarks/table_for_token.sh
 python3 -m matprobe run tests/data/003_87cc75e6f86bb0a1.txt --dtype q8_0 --op matmul \
   --device cuda --db "$OUT/q8.sqlite" --out "$OUT/q8" > /dev/null 2> "$OUT/q8.err"
 tail -3 "$OUT/q8.err"
 grep -A 8 "^Summary" "$OUT/q8/report.txt"
-python3 -m matprobe token --model qwen2.5-0.5b --context 128 --table "$TABLE" --modes eager,eager+table \
+python3 -m matprobe token --model qwen2.5-0.5b --context 128 --table "$TABLE" --db "$DB" --modes eager,eager+table \
   --rounds 5 --profile "$OUT/profile.jsonl" --profile-mode eager+table > /dev/null 2> "$OUT/token.err"
 tail -2 "$OUT/token.err"
 python3 -m matprobe shapes "$OUT/profile.jsonl" | tee "$OUT/profile-shapes.txt"

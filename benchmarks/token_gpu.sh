@@ -7,9 +7,9 @@ CTX=${1:-128}
 OUT=${OUT:-/tmp/token}
 mkdir -p "$OUT"
 export PYTHONPATH=src
-TABLE=benchmarks/h100-2026-11-26-token/tables/NVIDIA-H100-80GB-HBM3-f16.json
+source benchmarks/table_for_token.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/gpu.txt"
-python3 -m matprobe token --model qwen2.5-0.5b --context "$CTX" --table "$TABLE" --rounds 30 \
+python3 -m matprobe token --model qwen2.5-0.5b --context "$CTX" --table "$TABLE" --db "$DB" --rounds 30 \
   --json "$OUT/token$CTX.json" ${PROFILE:+--profile "$OUT/token$CTX.jsonl" --profile-mode eager+table} \
   > "$OUT/token$CTX.txt" 2> "$OUT/token$CTX.err"
 echo "rc=$?"

@@ -153,6 +153,38 @@ def test_sections_sorted_and_limited_like_the_original(tmp_path: Path) -> None:
         assert values == sorted(values, reverse=True), name
 
 
+@pytest.mark.parametrize(("top", "kernel_top"), [(3, 2), (1, 40), (0, 0)])
+def test_a_cut_section_says_how_many_rows_it_left_out(top: int, kernel_top: int) -> None:
+    """Every section the limit cut ends in a line that says how many rows are missing,
+    of how many, and which option shows them; the JSON says the same. An uncut section
+    has no such line (issue 21: 20 of 441 shapes, and nothing said)."""
+    result = scan_lines(generate(SynthConfig(tokens=3, layers=2, seed=2))[0], "p.jsonl")
+    every = to_json(analyze(result, AnalyzeOptions(top=0, kernel_top=0)), ALL)["sections"]
+    options = AnalyzeOptions(top=top, kernel_top=kernel_top)
+    analysis = analyze(result, options)
+    blocks = {b.split("\n")[0]: b.split("\n")[1:] for b in render_text(analysis).split("\n\n")}
+    left_out = to_json(analysis, options)["left_out"]
+    limits = {"kernel_aggregate": ("--kernel-top", kernel_top), "event_types": ("--top", 0)}
+    said = 0
+    for section in analysis.sections:
+        total = len(every[section.key])
+        option, limit = limits.get(section.key, ("--top", top))
+        missing = total - limit if 0 < limit < total else 0
+        rows = blocks[section.title]
+        assert len(section.rows) == total - missing
+        assert left_out.get(section.key, 0) == missing, section.key
+        cut = [ln for ln in rows if "more" in ln and "not shown" in ln]
+        if missing:
+            noun = "shapes" if section.key == "matmul_shapes" else "rows"
+            want = f"  … {missing} more {noun} not shown ({total} in all; {option} 0 shows all)"
+            assert cut == [want] and rows[-1] == want, section.key
+            said += 1
+        else:
+            assert cut == [], section.key
+    assert (said > 0) == (top > 0)  # the synthetic profile has more than 3 rows to cut
+    assert (left_out.get("matmul_shapes", 0) > 0) == (top > 0)
+
+
 def test_kernel_aggregate_hides_totals_unless_asked(tmp_path: Path) -> None:
     lines, truth = generate(SynthConfig(tokens=2, layers=2, seed=5))
     result = scan_lines(lines)

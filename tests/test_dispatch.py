@@ -333,3 +333,94 @@ def test_the_dispatch_command_needs_a_store(tmp_path: Path, capsys: Any) -> None
     code = main(["dispatch", "--db", str(tmp_path / "none.sqlite"), "--out", str(tmp_path)])
     assert code == 2
     assert "no result store at" in capsys.readouterr().err
+
+
+# ---- a table's winners held to the store's verdicts (token --table) --------------------
+
+
+def judged(entry: Entry, tmp_path: Path, **changes: Any) -> Path:
+    """A store holding ``entry``'s PASS as a run of the code installed now records it."""
+    from matprobe.harness.results import Status
+    from matprobe.harness.store import ResultStore
+
+    grid = {name: (value,) for name, value in entry.params.items()}
+    (variant,) = shipped_registry().family(entry.family).variants(grid)
+    spec = profiled(entry.spec, count=10)
+    stored = dataclasses.replace(
+        result(spec, entry.family, 2.0),
+        variant_id=variant.id,
+        params=dict(entry.params),
+        fingerprint=variant.fingerprint,
+        policy="ptest",
+        status=Status.PASS,
+    )
+    stored = dataclasses.replace(stored, **changes)
+    db = tmp_path / "judged.sqlite"
+    with ResultStore(db) as store:
+        store.put(stored)
+    return db
+
+
+def test_a_winner_with_its_pass_in_the_store_runs(tmp_path: Path) -> None:
+    from matprobe.dispatch import unjudged_entries
+
+    entry = gemv_entry()
+    assert unjudged_entries(table_for([entry]), judged(entry, tmp_path)) == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"status": "fail"}, "its stored verdict is FAIL"),
+        ({"fingerprint": "0123456789abcdef"}, "measured from other code or another policy"),
+        ({"policy": "another"}, "measured from other code or another policy"),
+        ({"spec_key": AWKWARD.replace("n=53", "n=54")}, "the store holds no result of it"),
+        ({"sources": {"/nonexistent/helper.py": "0" * 16}}, "a file its PASS ran with"),
+    ],
+)
+def test_a_winner_without_a_current_pass_is_refused(
+    tmp_path: Path, changes: dict[str, Any], why: str
+) -> None:
+    """A table is a file anyone can write: a winner never judged, judged FAIL, judged
+    from other code or under another policy, or whose PASS ran with a file that has
+    changed since, is not run by the token's table modes."""
+    from matprobe.dispatch import unjudged_entries
+    from matprobe.harness.results import Status
+
+    if "status" in changes:
+        changes = {**changes, "status": Status(changes["status"]), "reason": "norm-wise error"}
+    entry = gemv_entry()
+    (problem,) = unjudged_entries(table_for([entry]), judged(entry, tmp_path, **changes))
+    assert entry.variant_id in problem and why in problem
+
+
+def test_an_entry_whose_parameters_name_another_variant_is_refused(tmp_path: Path) -> None:
+    from matprobe.dispatch import unjudged_entries
+
+    entry = gemv_entry()
+    db = judged(entry, tmp_path)
+    forged = dataclasses.replace(entry, params={**entry.params, "bn": 2})  # the id says bn8
+    (problem,) = unjudged_entries(table_for([forged]), db)
+    assert "its parameters name another variant" in problem
+
+
+def test_a_table_of_baselines_needs_no_store(tmp_path: Path) -> None:
+    from matprobe.dispatch import unjudged_entries
+
+    base = Entry(AWKWARD, "torch.matmul", {}, "torch.matmul/default", 4.0, 4.0, 1.0)
+    assert unjudged_entries(table_for([base]), tmp_path / "none.sqlite") == []
+    (problem,) = unjudged_entries(table_for([gemv_entry()]), tmp_path / "none.sqlite")
+    assert "no result store at" in problem
+
+
+def test_token_refuses_a_table_whose_winners_the_store_never_judged(
+    tmp_path: Path, capsys: Any
+) -> None:
+    table = table_for([gemv_entry()])
+    path = tmp_path / "t.json"
+    table.write(path)
+    empty = judged(gemv_entry(spec=BIASED.replace("n=37", "n=38")), tmp_path)
+    argv = ["token", "--small", "--device", "cpu", "--modes", "eager+table", "--table", str(path)]
+    assert main([*argv, "--db", str(empty)], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert "1 winner(s) without a verdict" in err and "the store holds no result of it" in err

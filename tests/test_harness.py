@@ -30,10 +30,10 @@ from matprobe.harness.measure import PairContext, classify, measure_pair_safely 
 from matprobe.harness.report import (  # noqa: E402
     build_report,
     render_markdown,
-    render_terminal,
     to_csv,
     to_json,
 )
+from matprobe.harness.report_text import render_terminal  # noqa: E402
 from matprobe.harness.results import ErrorKind, Status  # noqa: E402
 from matprobe.harness.runner import (  # noqa: E402
     ERRORED,
@@ -227,9 +227,7 @@ def test_the_norm_wise_bound_reaches_the_per_element_one_for_a_single_output(dty
     the plain norm-wise bound (within 3 %) over a thousand outputs or more. Between,
     the bound never loosens as outputs are added."""
     bounds = [spec_tolerance(spec_of(n=n, k=96, dtype=dtype)) for n in (1, 2, 7, 64, 1000, 151936)]
-    norm, element = tolerance(
-        "f16" if dtype == "q8_0" else dtype, 96, weight_roundings=dtype == "q8_0"
-    )
+    norm, element = tolerance("f16" if dtype == "q8_0" else dtype, 96)
     assert bounds[0] == (element, element)
     assert all(a[0] > b[0] for a, b in itertools.pairwise(bounds))
     assert bounds[-2][0] == pytest.approx(norm + (element - norm) / 1000**0.5)
@@ -602,7 +600,9 @@ def test_report_ranks_only_valid_results(tmp_path: Path) -> None:
     assert section.unsupported == (("fake.gpu_only/default", "runs on cuda, not cpu"),)
     text = render_terminal(report)
     assert "✗ cheat.zeros/default: FAIL" in text
-    assert "unsupported (not failures): 1 × runs on cuda, not cpu" in text
+    assert "unsupported (not failures): 1 pair — [u1]" in text  # cited; said once, below
+    assert "  [u1] runs on cuda, not cpu" in text
+    assert "unsupported (not failures): 1 × runs on cuda, not cpu" in render_terminal(report, None)
     markdown = render_markdown(report)
     assert markdown.startswith("# matprobe report") and "| variant |" in markdown
     data = json.loads(json.dumps(to_json(report)))

@@ -11,7 +11,8 @@ import pytest
 
 from conftest import digest
 from conftest import run_cli as matprobe
-from matprobe.harness.report import render_markdown, render_terminal, to_json
+from matprobe.harness.report import render_markdown, to_json
+from matprobe.harness.report_text import render_terminal
 from matprobe.harness.store import ResultStore, StoreError
 from matprobe.harness.stored_report import load_report
 from matprobe.harness.timing import TimingPolicy
@@ -240,3 +241,76 @@ def test_hostile_names_stay_text(tmp_path: Path) -> None:
     for fmt in ("text", "md"):
         code, text = matprobe("report", "1", "--store", str(db), "--format", fmt)
         assert code == 0 and "\x1b" not in text and HOSTILE not in text
+
+
+# ---- history --spec: a key that names no dtype, or that is not stored -----------------
+
+#: GEMV as a profile writes it: no dtype.
+BARE = GEMV.removesuffix(" | dtype=f16")
+GEMV_BF16 = GEMV.replace("dtype=f16", "dtype=bf16")
+
+
+def test_a_key_without_dtype_follows_the_one_dtype_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "r.sqlite"
+    store_run(db)
+    code, text = matprobe("history", "--store", str(db), "--spec", BARE, "--format", "json")
+    assert code == 0
+    data = json.loads(text)
+    assert data["spec_key"] == GEMV and [p["best"] for p in data["trend"]] == [OURS]
+    err = capsys.readouterr().err
+    assert err == f"matprobe: {BARE} names no dtype: showing {GEMV}, its one dtype stored\n"
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        (BARE, f"{BARE}; stored with dtype: {GEMV_BF16}, {GEMV} (give one as --spec)"),
+        (
+            GEMV.replace("f16", "q8_0"),
+            f"{GEMV.replace('f16', 'q8_0')}; stored as: {GEMV_BF16}, {GEMV} (give one as --spec)",
+        ),
+        (BARE.replace("n=896", "n=895"), f"(nearest stored key: {GEMV}; 4 spec keys are stored"),
+        ("op=attention | n=5", "| tB=? (4 spec keys are stored: `matprobe report` shows"),
+    ],
+    ids=["no-dtype-two-stored", "another-dtype", "nearest-key", "no-key-near"],
+)
+def test_a_spec_key_not_stored_says_which_keys_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, said: str
+) -> None:
+    """Issue 21: a key with no results gave no hint. Now the message names the keys of the
+    same shape under any dtype, else the nearest key, in one line and exit status 2."""
+    db = tmp_path / "r.sqlite"
+    store_run(db)
+    store_run(db, RunPlan({GEMV_BF16: {BASELINE: 4.3, OURS: 2.6}}, failures=False))
+    code, out = matprobe("history", "--store", str(db), "--spec", spec)
+    err = capsys.readouterr().err
+    assert code == 2 and out == ""
+    assert err.startswith(f"matprobe: error: no run in {db} measured ") and said in err
+    assert len(err.splitlines()) == 1
+
+
+def test_a_spec_key_in_an_empty_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "r.sqlite"
+    ResultStore(db).close()
+    assert matprobe("history", "--store", str(db), "--spec", BARE)[0] == 2
+    assert f"measured {BARE}: the store holds no results" in capsys.readouterr().err
+
+
+def test_stored_keys_in_a_note_or_an_error_are_shown_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hostile, shown = f"{GEMV} | note=\x1b[2J", f"{GEMV} | note=\\x1b[2J"
+    db = tmp_path / "r.sqlite"
+    store_run(db, RunPlan({hostile: {BASELINE: 4.3, OURS: 2.6}}, failures=False))
+    bare = hostile.replace(" | dtype=f16", "")
+    code, text = matprobe("history", "--store", str(db), "--spec", bare)
+    err = capsys.readouterr().err
+    assert code == 0 and f"showing {shown}, its one dtype stored" in err
+    assert "\x1b" not in err + text
+    other = hostile.replace("dtype=f16", "dtype=bf16")
+    store_run(db, RunPlan({other: {BASELINE: 4.3}}, failures=False))
+    assert matprobe("history", "--store", str(db), "--spec", bare)[0] == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and err.count("note=\\x1b[2J") == 3 and shown in err

@@ -147,3 +147,25 @@ def test_into_is_required(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["merge", "a.sqlite"])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("newer_first", [True, False])
+def test_merging_the_same_stores_again_says_no_conflict_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], newer_first: bool
+) -> None:
+    """Re-running one merge reported the same 21 conflicts again: a measurement that
+    already lost to the kept one is settled, counted, not a new conflict."""
+    newer = make_result(2, measured_at="2026-11-27T10:00:00.000000Z")
+    older = make_result(2, measured_at="2026-11-26T10:00:00.000000Z")
+    a, b, into = tmp_path / "a.sqlite", tmp_path / "b.sqlite", tmp_path / "c.sqlite"
+    store_with(a, [newer if newer_first else older])
+    store_with(b, [older if newer_first else newer])
+    code, out, _ = merge_cli(str(a), str(b), "--into", str(into), capsys=capsys)
+    assert code == 1 and out.count("conflict:") == 1
+    code, out, _ = merge_cli(str(a), str(b), "--into", str(into), capsys=capsys)
+    assert code == 0 and "conflict:" not in out
+    assert "0 conflicts (1 more settled by an earlier merge)" in out
+    with ResultStore(into, read_only=True) as store:
+        kept = store.get(ResultKey.of_result(newer))
+        assert kept is not None and kept.measured_at == newer.measured_at
+        assert len(store.table_rows("superseded_results", "spec_key")) == 1

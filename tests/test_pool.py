@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 import fake_variants  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
-from matprobe.harness import pool as pool_mod  # noqa: E402
 from matprobe.harness import runner as runner_mod  # noqa: E402
+from matprobe.harness import worker as worker_mod  # noqa: E402
 from matprobe.harness.device import DeviceInfo  # noqa: E402
 from matprobe.harness.measure import PairContext, measure_pair_safely  # noqa: E402
 from matprobe.harness.pool import DeviceSlot, cuda_slots, parse_gpus, run_on_slots  # noqa: E402
@@ -163,8 +163,9 @@ def test_gpus_on_a_machine_without_them_is_a_usage_error(
     assert code == 2 and err.count("\n") == 1 and "--gpus 0,1" in err, err
 
 
-class CountingWorker(pool_mod.Worker):
-    """The pool's Worker, remembered: which processes each slot started."""
+class CountingWorker(worker_mod.Worker):
+    """The pool's Workers (a slot's WorkerSet makes them), remembered: which
+    processes each slot started."""
 
     made: ClassVar[list[CountingWorker]] = []
 
@@ -176,7 +177,7 @@ class CountingWorker(pool_mod.Worker):
 @pytest.fixture
 def counting_workers(monkeypatch: pytest.MonkeyPatch) -> list[CountingWorker]:
     CountingWorker.made = []
-    monkeypatch.setattr(pool_mod, "Worker", CountingWorker)
+    monkeypatch.setattr(worker_mod, "Worker", CountingWorker)
     return CountingWorker.made
 
 
@@ -217,7 +218,7 @@ def test_one_card_keeps_one_worker_process_across_families(
     """Without --gpus the run's families share one worker process too (a crash
     still costs its pair only: the broken family's error, then a fresh process)."""
     CountingWorker.made = []
-    monkeypatch.setattr(runner_mod, "Worker", CountingWorker)
+    monkeypatch.setattr(worker_mod, "Worker", CountingWorker)
     variants = [
         REGISTRY.family(name).variants()[0] for name in ("fake.exact", "cheat.zeros", "fake.slow")
     ]

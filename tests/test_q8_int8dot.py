@@ -172,7 +172,7 @@ def test_declaring_changes_the_reference_not_the_bound() -> None:
     declaration widened the bound ~24× instead)."""
     s = spec(SHAPES[0])
     outputs = (s.m or 1) * (s.n or 1)
-    plain = tolerance("f16", s.k or 1, int(s.has_bias) + int(s.reads_c0), weight_roundings=1)
+    plain = tolerance("f16", s.k or 1, int(s.has_bias) + int(s.reads_c0))
     assert spec_tolerance(s) == (few_outputs_norm(*plain, outputs), plain[1])
     assert set(ACTIVATION_QUANTS) == {INT8}
     x = make_inputs(s, seed=5).a

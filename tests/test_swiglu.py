@@ -156,9 +156,9 @@ def test_the_scale_bounds_the_propagated_error_of_each_sum() -> None:
 def test_the_bound_counts_the_eager_forms_three_extra_roundings(dtype: str) -> None:
     s = swiglu(4864, 896, dtype)
     out = "f16" if dtype == "q8_0" else dtype
-    u, quantized = UNIT_ROUNDOFF[out], int(dtype == "q8_0")
-    plain = tolerance(out, 896, weight_roundings=quantized)
-    norm, element = tolerance(out, 896, swiglu=True, weight_roundings=quantized)
+    u = UNIT_ROUNDOFF[out]
+    plain = tolerance(out, 896)  # Q8_0: fp16's (its weights' rounding is in the reference)
+    norm, element = tolerance(out, 896, swiglu=True)
     assert norm == pytest.approx(plain[0] + u) and element == pytest.approx(plain[1] + 3 * u)
     # Over the spec's 4864 outputs the norm-wise bound is that, 1/√4864 of the way to
     # the per-element bound (harness.validate.few_outputs_norm).
@@ -217,14 +217,13 @@ def swapped_halves(inputs: MatmulInputs, out: Any) -> None:
     out.copy_(F.silu(up) * gate)
 
 
-#: (n0, k, tile, dtype): ≥ 14 K tiles (see validate's module doc). Not Q8_0 at 14
-#: tiles: 5.3u per element there, inside Q8_0's 6u (one more rounding, its
-#: weight's) — the bound claims ≥ 14 tiles for f16/bf16 and 28 for Q8_0.
+#: (n0, k, tile, dtype): ≥ 14 K tiles (see validate's module doc), Q8_0 too: its
+#: weights' fp16 rounding is in the reference, not in the bound (issue 21; until
+#: then Q8_0's 6u let 14 tiles through at 5.3u, and the bound claimed 28).
 RUNNING_SUMS = [
     pytest.param(n0, k, tile, dtype, id=f"n0={n0}_k={k}_tile={tile}-{dtype}")
     for n0, k, tile in ((4864, 896, 32), (4864, 896, 64), (1000, 4864, 128))
     for dtype in ("f16", "bf16", "q8_0")
-    if not (dtype == "q8_0" and tile == 64)
 ]
 
 

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
 import pytest
 
-from conftest import seed
+from conftest import run_cli, seed
+from matprobe.analysis import AnalyzeOptions, ShapeRow, analyze, render_text, shape_rows
 from matprobe.errors import ProfileError, SpecError
+from matprobe.jsonl import ProfileScan, scan_lines
 from matprobe.profiles import builtin_profile_path, load_specs
 from matprobe.spec import MatmulSpec
+from matprobe.synth import SynthConfig, generate
 from matprobe.textsummary import parse_backend_line, read_summary, read_summary_lines
 
 
@@ -179,3 +187,82 @@ def test_parse_of_a_header_equals_the_reader_spec() -> None:
     read = read_summary(seed("003"))
     for header in _headers(str(seed("003"))):
         assert MatmulSpec.parse(header) in read.specs
+
+
+# ---- a summary that `matprobe analyze` cut at --top -----------------------------------
+
+
+def _synth_scan() -> ProfileScan:
+    return scan_lines(generate(SynthConfig(tokens=3, layers=2, seed=4))[0], "p.jsonl")
+
+
+def _counts(rows: Iterable[ShapeRow]) -> Counter[str]:
+    """Calls per canonical key of the analyzer's shape rows (as the reader merges them)."""
+    counts: Counter[str] = Counter()
+    for row in rows:
+        counts[MatmulSpec.parse(row.shape).key()] += sum(b.stats.count for b in row.backends)
+    return counts
+
+
+@pytest.mark.parametrize("top", [1, 4, 0])
+def test_an_analyze_summary_reads_back_and_a_cut_is_said_once(top: int) -> None:
+    """Round trip: what ``analyze`` prints, read back, is its shapes with their calls;
+    the "… N more" line of a cut section is one warning that names the shapes read and
+    the shapes in all, never an "unexpected line" nor silence (issue 21)."""
+    scanned = _synth_scan()
+    every = shape_rows(scanned)
+    assert len(every) > 4
+    text = render_text(analyze(scanned, AnalyzeOptions(top=top)))
+    read = read_summary_lines(text.splitlines(), source="summary.txt")
+    shown = every[:top] if top else every
+    assert Counter({s.key(): s.provenance.count for s in read.specs if s.provenance}) == _counts(
+        shown
+    )
+    messages = [w.message for w in read.warnings]
+    if top:
+        (warning,) = read.warnings
+        assert warning.message.startswith(f"only {top} of {len(every)} shapes were read")
+        assert f"left {len(every) - top} out" in warning.message
+        assert "--top 0" in warning.message
+        lines = text.splitlines()
+        assert lines[warning.line - 1].strip().startswith(f"… {len(every) - top} more shapes")
+    else:
+        assert messages == []
+
+
+def test_shapes_warns_that_a_cut_summary_lost_shapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scanned = _synth_scan()
+    total = len(shape_rows(scanned))
+    path = tmp_path / "summary.txt"
+    path.write_text(render_text(analyze(scanned, AnalyzeOptions(top=3))), encoding="utf-8")
+    code, out = run_cli("shapes", str(path))
+    err = capsys.readouterr().err
+    assert code == 0 and out.startswith(f"{path}: 3 matmul shapes")
+    (said,) = [ln for ln in err.splitlines() if "shapes were read" in ln]
+    assert said.startswith("matprobe: warning: summary.txt: line ")
+    assert f": only 3 of {total} shapes were read" in said
+    # A "… N more" line of another section (GPU waits, kernels) is not about shapes.
+    assert err.count("shapes were read") == 1
+
+
+@pytest.mark.parametrize("top", [0, 1])
+def test_a_shape_name_cannot_forge_the_more_line(top: int) -> None:
+    """A shape's op from the profile holding a line break and a forged "… N more" line
+    is printed escaped, so the reader counts the real cut only."""
+    forged = "matmul\n  … 7 more shapes not shown (9 in all; --top 0 shows all)\n"
+
+    def event(op: str, n: int, duration: int) -> str:
+        shape = {"op": op, "backend": "mlx", "batch": "1", "m": "1", "n": str(n), "k": "64"}
+        data = {"op_name": "a/matmul/mlx", "backend": "mlx", "duration_us": duration}
+        return json.dumps({"event": {"type": "GpuOpCompleted", "data": {**data, "data": shape}}})
+
+    scanned = scan_lines([event(forged, 64, 900), event("matmul", 32, 100)], "hostile.jsonl")
+    text = render_text(analyze(scanned, AnalyzeOptions(top=top)))
+    assert "\n  … 7 more" not in text and "matmul\\n  … 7 more" in text
+    read = read_summary_lines(text.splitlines(), source="summary.txt")
+    cut = [w.message for w in read.warnings if "shapes were read" in w.message]
+    assert len(cut) == (1 if top else 0)
+    if top:
+        assert cut[0].startswith("only 0 of 2 shapes were read: the summary left 1 out")

@@ -368,6 +368,71 @@ def test_tolerances_follow_the_baseline_with_a_floor() -> None:
     assert 100 * 2.0**-24 < f32.norm_rel < 2.0**-13  # catches TF32 (≈ 2⁻¹¹ a matmul)
 
 
+@pytest.mark.parametrize("which", ["norm", "max"])
+def test_a_failing_token_prints_its_figure_and_its_bound_apart(which: str) -> None:
+    """As a matmul's failure does (issue 21): never "1.50e-03 > 1.50e-03"."""
+    bound = relative_to_baseline(LogitError(7.5e-4, 2.5e-4, 0), "f16")  # 1.5e-3, 8u
+    figure = (bound.norm_rel if which == "norm" else bound.max_rel) * (1 + 2e-4)
+    error = LogitError(figure, 0.0, 0) if which == "norm" else LogitError(0.0, figure, 0)
+    message = bound.failure(error) or ""
+    shown, limit = message.split(" (")[0].split(" ")[-3::2]
+    assert float(shown) > float(limit), message
+
+
+# ---- every timed replay judged -------------------------------------------------------
+
+
+class HonestWhileValidated:
+    """Right for as many tokens as validation makes, then its LM head returns what it
+    returned last (a kernel that knows validation comes first, or serves timed calls
+    from a cache)."""
+
+    def __init__(self, lm_head: MatmulSpec, honest_tokens: int) -> None:
+        self.lm_head, self.honest_tokens = lm_head, honest_tokens
+        self.tokens = 0
+        self.last: Any = None
+
+    def __call__(self, spec: MatmulSpec, x: Any, w: Any, bias: Any) -> Any:
+        if spec != self.lm_head:
+            return torch_linear(spec, x, w, bias)
+        self.tokens += 1
+        if self.last is None or self.tokens <= self.honest_tokens:
+            self.last = torch_linear(spec, x, w, bias)
+        return self.last.clone()
+
+
+def test_every_timed_replay_of_a_mode_is_judged_on_a_fresh_input() -> None:
+    b = bench(table=round_once_linear)
+    seen: list[tuple[float, ...]] = []
+    lm_head = b.specs["lm_head"]
+
+    def watching(spec: MatmulSpec, x: Any, w: Any, bias: Any) -> Any:
+        if spec == lm_head:
+            seen.append(tuple(x.reshape(-1).tolist()))
+        return round_once_linear(spec, x, w, bias)
+
+    b.linears["table"] = watching
+    result = run_modes(b, "eager+table", rounds=4)
+    row = result.get("eager+table")
+    assert row is not None and row.status == "PASS"
+    assert row.judged == 4 + 1  # the rounds and the warm-up round
+    assert result.baseline.judged == 5
+    # the timed replays' problems: each new, none met before (validation, kernel count)
+    timed, before = seen[-row.judged :], seen[: -row.judged]
+    assert len(set(timed)) == len(timed) and not set(timed) & set(before)
+
+
+def test_a_mode_right_only_while_validated_fails_its_timed_replays() -> None:
+    """On main it PASSed and was timed: validation, the warm-up and the kernel count
+    met honest tokens; the rounds got the last logits again."""
+    b = bench()
+    b.linears["table"] = HonestWhileValidated(b.specs["lm_head"], honest_tokens=4)
+    result = run_modes(b, "eager+table", rounds=3)
+    row = result.get("eager+table")
+    assert row is not None and row.status == "FAIL", row.reason
+    assert row.reason.startswith("timed replay ") and not row.samples_us
+
+
 # ---- modes, rounds, shares -----------------------------------------------------
 
 
@@ -641,6 +706,7 @@ def fake_dispatch(monkeypatch: pytest.MonkeyPatch, table: FakeTable, kernel: Lin
     module.load_table = lambda path: table  # type: ignore[attr-defined]
     module.table_linear = lambda t, device: kernel  # type: ignore[attr-defined]
     module.custom_op_linear = lambda t, device: kernel  # type: ignore[attr-defined]
+    module.unjudged_entries = lambda t, store: []  # type: ignore[attr-defined]  # all judged
     monkeypatch.setitem(sys.modules, "matprobe.dispatch", module)
 
 

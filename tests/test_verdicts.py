@@ -9,6 +9,8 @@ tiles, a dropped K tail.
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any, ClassVar
 
 import pytest
@@ -330,3 +332,39 @@ print(int((y != x.to(torch.bfloat16)).sum()), int((y.double().abs() > x.double()
         2 * spec_tolerance(s)[0], rel=0.01
     )
     assert spec_tolerance(spec(DOWN, "f16"), interpreted=True) == spec_tolerance(spec(DOWN))
+
+
+# ---- a failure's figure and bound, printed apart (issue 21) ---------------------------------
+
+#: (figure, bound, as printed): issue 21's LM head printed "1.50e-03 relative > 1.5e-03"
+FIGURES_AND_BOUNDS = [
+    (1.4996e-3, 0.0014791170402022322, ("1.50e-03", "1.48e-03")),
+    (0.0014748141648371158, 0.0014702385466093945, ("1.475e-03", "1.470e-03")),  # was 1.47 > 1.5
+    (1.5012e-3, 1.4998e-3, ("1.501e-03", "1.500e-03")),
+    (math.nextafter(2.0**-10, 1.0), 2.0**-10, None),  # one ulp apart: every digit it takes
+    (0.3, 4.9e-4, ("3.00e-01", "4.90e-04")),
+    (math.inf, 9.8e-4, ("inf", "9.80e-04")),
+]
+
+
+@pytest.mark.parametrize("which", ["norm-wise", "element"])
+@pytest.mark.parametrize(("figure", "bound", "printed"), FIGURES_AND_BOUNDS)
+def test_a_failure_prints_its_figure_and_its_bound_apart(
+    figure: float, bound: float, printed: tuple[str, str] | None, which: str
+) -> None:
+    from matprobe.harness.validate import Comparison
+
+    norm, element = (figure, 0.0) if which == "norm-wise" else (0.0, figure)
+    comparison = Comparison(
+        max_abs=1.0, max_rel=element, norm_rel=norm, nonfinite=0, worst_index=(0, 0, 142520)
+    )
+    message = comparison.failure(bound, bound)
+    assert message is not None and message.startswith(which.replace("element", "element ["))
+    found = re.fullmatch(r".* (?:error|by) (\S+)(?: relative)? > (\S+)", message)
+    assert found, message
+    shown_figure, shown_bound = found.groups()
+    assert float(shown_figure) > float(shown_bound), message  # the two numbers differ
+    assert float(shown_bound) == pytest.approx(bound, rel=5e-3)
+    if printed is not None:
+        assert (shown_figure, shown_bound) == printed
+    assert len(shown_bound.split("e")[0].replace(".", "")) >= 3  # never fewer than 3 digits

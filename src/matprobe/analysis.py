@@ -4,6 +4,9 @@ The text has the look of metallic's analyzer (``seeds/003_…``): same section
 titles, same row format, same sort orders (largest total first; counts for the
 backend-selection tables), so an engineer used to the original reads it at a
 glance. ``--json`` carries the same rows with the same limits, in machine form.
+A section cut at its limit says so: text ends it with ``… N more rows not shown
+(M in all; --top 0 shows all)``, which the text-summary reader understands, and
+JSON has ``left_out`` by section.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from matprobe.jsonl import PROBLEM_KINDS, Problems, ProfileScan
 from matprobe.safetext import term_safe
 from matprobe.stats import Stats
+from matprobe.textsummary import more_line
 
 #: Synthetic kernels the aggregate view hides unless asked (they double-count).
 _TOTAL_KERNELS = frozenset({"iteration_total", "forward_step_total"})
@@ -77,6 +81,10 @@ class Section:
     title: str  # text heading
     rows: tuple[Row, ...]
     note: str = ""  # printed when there are no rows (e.g. the filter matched none)
+    #: rows its limit left out: said in a "… N more" line (:func:`more_line`), never
+    #: dropped silently
+    left_out: int = 0
+    limit_option: str = "--top"  # the option that sets the limit (0 shows every row)
 
 
 @dataclass(frozen=True)
@@ -87,10 +95,6 @@ class Analysis:
     sections: tuple[Section, ...]
     sync: Stats
     problems: Problems
-
-
-def _limit(rows: list[Any], n: int) -> list[Any]:
-    return rows if n <= 0 else rows[:n]
 
 
 def _stat_rows(
@@ -125,12 +129,23 @@ def analyze(scan: ProfileScan, options: AnalyzeOptions = AnalyzeOptions()) -> An
     def matches(*names: str) -> bool:
         return not needle or any(needle in name.lower() for name in names)
 
-    top = options.top
     sections: list[Section] = []
+    top = ("--top", options.top)
 
-    def add(key: str, title: str, rows: Iterable[Row], filtered: bool = False) -> None:
-        rows = tuple(rows)
-        sections.append(Section(key, title, rows, NO_MATCH if filtered and not rows else ""))
+    def add(
+        key: str,
+        title: str,
+        rows: Iterable[Row],
+        limit: tuple[str, int] = top,
+        filtered: bool = False,
+    ) -> None:
+        """A section of the first ``limit`` rows (an option and its value; 0 = all) of
+        ``rows``, which keeps how many the limit left out."""
+        every = tuple(rows)
+        option, n = limit
+        shown = every if n <= 0 else every[:n]
+        note = NO_MATCH if filtered and not shown else ""
+        sections.append(Section(key, title, shown, note, len(every) - len(shown), option))
 
     event_rows = [
         StatRow(
@@ -140,58 +155,40 @@ def analyze(scan: ProfileScan, options: AnalyzeOptions = AnalyzeOptions()) -> An
         )
         for event_type, count in sorted(scan.event_counts.items(), key=lambda kv: (-kv[1], kv[0]))
     ]
-    add("event_types", "Event type summary:", event_rows)
+    add("event_types", "Event type summary:", event_rows, ("", 0))  # a few types: all
 
     if scan.selection_by_backend:
         add(
             "backend_selection",
             "Backend selection summary:",
-            _limit(
-                _count_rows(
-                    scan.selection_by_backend, lambda b: f"backend={b}", lambda b: {"backend": b}
-                ),
-                top,
+            _count_rows(
+                scan.selection_by_backend, lambda b: f"backend={b}", lambda b: {"backend": b}
             ),
         )
         add(
             "backend_selection_reasons",
             "Backend selection reasons:",
-            _limit(
-                _count_rows(
-                    scan.selection_by_reason, lambda r: f"reason={r}", lambda r: {"reason": r}
-                ),
-                top,
-            ),
+            _count_rows(scan.selection_by_reason, lambda r: f"reason={r}", lambda r: {"reason": r}),
         )
         add(
             "backend_selection_by_op",
             "Backend selection by op/backend:",
-            _limit(
-                _count_rows(
-                    scan.selection_by_op_backend,
-                    lambda ob: f"op={ob[0]} backend={ob[1]}",
-                    lambda ob: {"op": ob[0], "backend": ob[1]},
-                ),
-                top,
+            _count_rows(
+                scan.selection_by_op_backend,
+                lambda ob: f"op={ob[0]} backend={ob[1]}",
+                lambda ob: {"op": ob[0], "backend": ob[1]},
             ),
         )
 
     if scan.internal_by_parent:
-        add(
-            "internal_by_parent",
-            "Internal kernel by parent:",
-            _limit(_stat_rows(scan.internal_by_parent), top),
-        )
+        add("internal_by_parent", "Internal kernel by parent:", _stat_rows(scan.internal_by_parent))
         add(
             "internal_by_parent_op",
             "Internal kernel by parent/op:",
-            _limit(
-                _stat_rows(
-                    scan.internal_by_parent_op,
-                    lambda pk: f"{pk[0]} :: {pk[1]}",
-                    lambda pk: {"parent": pk[0], "kernel": pk[1]},
-                ),
-                top,
+            _stat_rows(
+                scan.internal_by_parent_op,
+                lambda pk: f"{pk[0]} :: {pk[1]}",
+                lambda pk: {"parent": pk[0], "kernel": pk[1]},
             ),
         )
 
@@ -206,65 +203,60 @@ def analyze(scan: ProfileScan, options: AnalyzeOptions = AnalyzeOptions()) -> An
         add(
             "kernel_aggregate",
             "Kernel aggregate (all parents):",
-            _limit(_stat_rows(scan.kernels, keep=keep_kernel), options.kernel_top),
-            True,
+            _stat_rows(scan.kernels, keep=keep_kernel),
+            ("--kernel-top", options.kernel_top),
+            filtered=True,
         )
 
     if scan.gpu_kernels:
         add(
             "gpu_kernels",
             "GPU kernel durations (excluding waits):",
-            _limit(_stat_rows(scan.gpu_kernels, keep=matches), top),
-            True,
+            _stat_rows(scan.gpu_kernels, keep=matches),
+            filtered=True,
         )
     if scan.gpu_kernel_types:
         add(
             "gpu_kernel_types",
             "GPU kernel aggregate (by kernel type):",
-            _limit(_stat_rows(scan.gpu_kernel_types, keep=matches), top),
-            True,
+            _stat_rows(scan.gpu_kernel_types, keep=matches),
+            filtered=True,
         )
 
     if scan.matmul_backends:
         add(
             "matmul_backends",
             "Matmul backend summary:",
-            _limit(
-                _stat_rows(
-                    scan.matmul_backends,
-                    lambda b: f"backend={b}",
-                    lambda b: {"backend": b},
-                    keep=matches,
-                ),
-                top,
+            _stat_rows(
+                scan.matmul_backends,
+                lambda b: f"backend={b}",
+                lambda b: {"backend": b},
+                keep=matches,
             ),
-            True,
+            filtered=True,
         )
         add(
             "matmul_op_backends",
             "Matmul op/backend summary:",
-            _limit(
-                _stat_rows(
-                    scan.matmul_op_backends,
-                    lambda ob: f"{ob[0]} @ {ob[1]}",
-                    lambda ob: {"op": ob[0], "backend": ob[1]},
-                    keep=lambda ob: matches(f"{ob[0]} @ {ob[1]}"),
-                ),
-                top,
+            _stat_rows(
+                scan.matmul_op_backends,
+                lambda ob: f"{ob[0]} @ {ob[1]}",
+                lambda ob: {"op": ob[0], "backend": ob[1]},
+                keep=lambda ob: matches(f"{ob[0]} @ {ob[1]}"),
             ),
-            True,
+            filtered=True,
         )
         add(
             "matmul_shapes",
             "Matmul shape backend summary:",
-            _limit(shape_rows(scan, needle), top),
-            True,
+            shape_rows(scan, needle),
+            filtered=True,
         )
 
     if scan.gpu_waits:
-        add("gpu_waits", "GPU wait breakdown:", _limit(_stat_rows(scan.gpu_waits), top))
+        add("gpu_waits", "GPU wait breakdown:", _stat_rows(scan.gpu_waits))
     if scan.cb_gpu:
-        add("cb_gpu", "Command buffer GPU timing:", _limit(_stat_rows(scan.cb_gpu), top))
+        add("cb_gpu", "Command buffer GPU timing:", _stat_rows(scan.cb_gpu))
 
     return Analysis(
         path=scan.path,
@@ -314,6 +306,10 @@ def render_text(analysis: Analysis) -> str:
         out.append(f"\n{section.title}")
         for row in section.rows:
             out.extend(_render_row(row))
+        if section.left_out:
+            noun = "shapes" if section.key == "matmul_shapes" else "rows"
+            shown = len(section.rows)
+            out.append(f"  {more_line(shown, section.left_out, noun, section.limit_option)}")
         if section.note:
             out.append(f"  {section.note}")
     out.append("\nSync operations:")
@@ -346,6 +342,8 @@ def to_json(analysis: Analysis, options: AnalyzeOptions) -> dict[str, Any]:
             "kernel_filter": options.kernel_filter,
         },
         "sections": {s.key: [row.to_dict() for row in s.rows] for s in analysis.sections},
+        # rows a section's limit cut, by section (only sections that were cut)
+        "left_out": {s.key: s.left_out for s in analysis.sections if s.left_out},
         "sync": analysis.sync.to_dict(),
         "problems": analysis.problems.to_dict(),
     }

@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TextIO
 
 from matprobe import __version__, cli_capture, cli_dispatch, cli_merge, cli_reports, cli_token
 from matprobe.analysis import AnalyzeOptions, analyze, render_text, to_json
-from matprobe.cli_args import non_negative, positive, seed
+from matprobe.cli_args import WIDE_HELP, non_negative, positive, seed
 from matprobe.errors import MatprobeError
 from matprobe.jsonl import scan
 from matprobe.safetext import term_safe
@@ -267,10 +267,12 @@ def _infer_tokens(specs: Sequence[MatmulSpec]) -> int | None:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness.report import render_markdown, render_terminal, run_problems, to_csv
+    from matprobe.harness.report import render_markdown, run_problems, to_csv
     from matprobe.harness.report import to_json as report_json
     from matprobe.harness.report_html import render_html
+    from matprobe.harness.report_text import render_terminal
     from matprobe.harness.session import RunOptions, RunSession
+    from matprobe.harness.text_table import REPORT_COLUMNS
 
     if args.model == "list":
         return _list_models(out)
@@ -314,7 +316,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
             _check_writable_dir(Path(folder))
     result = session.run(specs, source=source, tokens=tokens)
     report = result.report
-    text = render_terminal(report)
+    text = render_terminal(report, None if args.wide else REPORT_COLUMNS)
     # With '-', stdout holds the data alone (parseable); the report goes to stderr.
     (sys.stderr if to_stdout else out).write(text)
     exports: dict[str, Callable[[], str]] = {
@@ -606,6 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="result store (default $MATPROBE_DB or ~/.cache/matprobe/results.sqlite)",
     )
     p.add_argument("--out", metavar="DIR", help="write report.{txt,md,json,csv,html} there")
+    p.add_argument("--wide", action="store_true", help=WIDE_HELP)
     p.add_argument(
         "--dispatch",
         metavar="DIR",

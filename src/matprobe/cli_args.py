@@ -41,3 +41,10 @@ def seed(text: str) -> int:
             else f"expected a whole number, got {text!r}"
         )
         raise argparse.ArgumentTypeError(message) from None
+
+
+#: ``--wide``, for every command that prints a run's report.
+WIDE_HELP = (
+    "every column and every note in place (default: the text report fits 100 columns, "
+    "leaving out empty columns, then the least telling, and says which)"
+)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from matprobe.cli_args import WIDE_HELP
 from matprobe.errors import MatprobeError
 
 EXIT_OK = 0
@@ -143,15 +144,17 @@ def _json(data: Any) -> str:
 
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness.report import render_markdown, render_terminal, to_csv, to_json
+    from matprobe.harness.report import render_markdown, to_csv, to_json
     from matprobe.harness.report_html import render_html
+    from matprobe.harness.report_text import render_terminal
+    from matprobe.harness.text_table import REPORT_COLUMNS
 
     _check_plots(args.plots)
     default = _store_path(args)
     ref = parse_run_ref(args.run, default) if args.run else RunRef(default, None)
     report, _ = _load_ref(ref)
     renders: dict[str, Callable[[], str]] = {
-        "text": lambda: render_terminal(report),
+        "text": lambda: render_terminal(report, None if args.wide else REPORT_COLUMNS),
         "md": lambda: render_markdown(report),
         "json": lambda: _json(to_json(report)),
         "csv": lambda: to_csv(report),
@@ -227,13 +230,15 @@ def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
         list_runs,
         render_history_markdown,
         render_history_text,
-        spec_key_of,
+        resolve_spec_key,
         spec_trend,
     )
 
     with _open(_store_path(args)) as store:
         runs = list_runs(store)
-        key = spec_key_of(args.spec) if args.spec else None
+        key, note = resolve_spec_key(store, args.spec) if args.spec else (None, None)
+        if note:
+            print(f"matprobe: {note}", file=sys.stderr)
         trend = spec_trend(store, key, known_peers=_known_peers()) if key else []
         history = History(str(store.path), runs, key, trend)
     renders: dict[str, Callable[[], str]] = {
@@ -278,6 +283,7 @@ def register(subparsers: Any) -> None:
     _add_store(p)
     p.add_argument("--format", choices=FORMATS, default="text", help="what to print (text)")
     p.add_argument("--out", metavar="DIR", help="also write every form there")
+    p.add_argument("--wide", action="store_true", help=WIDE_HELP)
     p.add_argument(
         "--plots",
         choices=("auto", "plotly", "svg"),
@@ -323,6 +329,11 @@ def register(subparsers: Any) -> None:
         "with --spec, that spec's best validated variant and baseline in each run.",
     )
     _add_store(p)
-    p.add_argument("--spec", metavar="KEY", help="a spec key, e.g. 'op=matmul | batch=1 | …'")
+    p.add_argument(
+        "--spec",
+        metavar="KEY",
+        help="a spec key, e.g. 'op=matmul | batch=1 | …'; one without dtype= (as a profile "
+        "writes it) is the stored key of that shape when the store has it under one dtype",
+    )
     p.add_argument("--format", choices=TEXT_FORMATS, default="text", help="what to print (text)")
     p.set_defaults(func=cmd_history)

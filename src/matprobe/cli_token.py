@@ -107,6 +107,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--table", metavar="FILE", help="a dispatch table (matprobe dispatch) for the table modes"
     )
     p.add_argument(
+        "--db",
+        metavar="FILE",
+        help="the result store whose verdicts --table's winners must match (default "
+        "$MATPROBE_DB or ~/.cache/matprobe/results.sqlite)",
+    )
+    p.add_argument(
         "--profile",
         metavar="FILE",
         help="also write the token's kernels as a metallic JSONL profile (for analyze/shapes/run)",
@@ -157,15 +163,25 @@ def _device(requested: str | None) -> str:
 
 
 def _load_table(
-    path: str, device: str, modes: tuple[str, ...] | None
+    path: str, device: str, modes: tuple[str, ...] | None, db: Path | None
 ) -> tuple[DispatchTable, dict[str, LinearFn]]:
     """The table and its kernels, eager and as custom ops, checked against this
-    device (a table from another card or of changed kernels is a usage error)."""
-    from matprobe.dispatch import custom_op_linear, load_table, table_linear
+    device (a table from another card or of changed kernels is a usage error) and
+    against the verdicts in the store ``db``: a table is a file anyone can write,
+    so a winner without a stored PASS, from the code installed now, never runs."""
+    from matprobe.dispatch import custom_op_linear, load_table, table_linear, unjudged_entries
     from matprobe.harness.device import detect
+    from matprobe.harness.store import default_store_path
 
     info = detect(device)
     table = load_table(path)
+    store = db or default_store_path()
+    if problems := unjudged_entries(table, store):
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise MatprobeError(
+            f"--table {term_safe(path)}: {len(problems)} winner(s) without a verdict in "
+            f"{term_safe(str(store))}: " + "; ".join(term_safe(p) for p in problems[:3]) + more
+        )
     linears: dict[str, LinearFn] = {"table": table_linear(table, info)}
     if modes is None or "compile+table" in modes:
         linears["table-op"] = custom_op_linear(table, info)
@@ -246,7 +262,7 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
     linears: dict[str, LinearFn] = {}
     predicted: dict[str, float] = {}
     if args.table:
-        table, linears = _load_table(args.table, device, names)
+        table, linears = _load_table(args.table, device, names, Path(args.db) if args.db else None)
         predicted, why_not = _predict(table, config, args.context, args.dtype)
         if why_not:
             print(f"matprobe: warning: {term_safe(why_not)}", file=sys.stderr)

@@ -7,7 +7,10 @@ in the file — prose, other sections, ``op=sdpa backend=legacy: count=3480``
 rows of the backend-selection section — is not a shape and is skipped.
 
 A block that is cut off or does not parse is reported as a
-:class:`ReadWarning` with its line number; reading carries on.
+:class:`ReadWarning` with its line number; reading carries on. So is a shape
+section that ``matprobe analyze`` cut at its ``--top`` rows: it ends in a line
+``… 421 more shapes not shown (441 in all; --top 0 shows all)``
+(:func:`more_line`), and the reader says that only some of the shapes were read.
 """
 
 from __future__ import annotations
@@ -25,6 +28,17 @@ from matprobe.stats import Stats
 _BACKEND_LINE = re.compile(r"^backend=(?P<name>[^:\s]+):\s*(?P<stats>.*)$")
 _STAT_PAIR = re.compile(r"^(?P<key>[a-z0-9_]+)=(?P<value>-?[0-9.]+(?:[eE][-+]?\d+)?)(?:ms)?$")
 _REQUIRED_STATS = ("count", "total", "avg", "min", "max", "p95_ms", "p99_ms")
+#: The line that ends a section cut at its limit (:func:`more_line`); "..." for "…" too.
+_MORE_LINE = re.compile(
+    r"^(?:…|\.\.\.)\s*(?P<more>\d+) more \w+ not shown \((?P<total>\d+) in all\b"
+)
+
+
+def more_line(shown: int, left_out: int, noun: str = "rows", option: str = "--top") -> str:
+    """What ends a section whose limit (``option``) cut ``left_out`` of its rows: the
+    analyzer prints it, and the reader knows from it that shapes are missing."""
+    total = shown + left_out
+    return f"… {left_out} more {noun} not shown ({total} in all; {option} 0 shows all)"
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,10 @@ def read_summary_lines(lines: Iterable[str], source: str = "") -> SummaryRead:
     specs: list[MatmulSpec] = []
     warnings: list[ReadWarning] = []
     block: _Block | None = None
+    # The section being read (it starts at an unindented line): whether it has shape
+    # blocks, and how many specs were read before it (those it added are the rest).
+    shape_section = False
+    specs_before = 0
 
     def close() -> None:
         nonlocal block
@@ -118,7 +136,22 @@ def read_summary_lines(lines: Iterable[str], source: str = "") -> SummaryRead:
         if not stripped:
             close()
             continue
+        more = _MORE_LINE.match(stripped)
+        if more is not None:
+            close()
+            if shape_section:
+                read, total = len(specs) - specs_before, int(more["total"])
+                warnings.append(
+                    ReadWarning(
+                        lineno,
+                        f"only {read} of {total} shapes were read: the summary left "
+                        f"{more['more']} out (`matprobe analyze PROFILE --top 0` prints them all)",
+                    )
+                )
+                shape_section = False  # said once for the section
+            continue
         if looks_like_shape_header(stripped):
+            shape_section = True
             close()
             try:
                 block = _Block(lineno, MatmulSpec.parse(stripped))
@@ -138,6 +171,10 @@ def read_summary_lines(lines: Iterable[str], source: str = "") -> SummaryRead:
                     ReadWarning(lineno, f"unexpected line in shape block: {stripped[:60]!r}")
                 )
             close()
+        if not line[:1].isspace():
+            # A new section (or prose between sections).
+            close()
+            shape_section, specs_before = False, len(specs)
     close()
     return SummaryRead(specs=merge_specs(specs), warnings=warnings)
 

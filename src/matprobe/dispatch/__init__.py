@@ -9,6 +9,7 @@ Importing this package imports neither torch nor triton.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from matprobe.dispatch.table import DispatchError, DispatchTable, Entry, load_table
@@ -25,6 +26,7 @@ __all__ = [
     "load",
     "load_table",
     "table_linear",
+    "unjudged_entries",
 ]
 
 
@@ -47,3 +49,11 @@ def custom_op_linear(table: DispatchTable | str, device: DeviceInfo) -> Any:
     from matprobe.dispatch.kernels import custom_op_linear as compiled
 
     return compiled(table, device)
+
+
+def unjudged_entries(table: DispatchTable, store_path: Path) -> list[str]:
+    """Why the table's winners have no PASS in the store (see
+    :mod:`matprobe.dispatch.verdicts`): empty when every one was judged."""
+    from matprobe.dispatch.verdicts import unjudged_entries as unjudged
+
+    return unjudged(table, store_path)

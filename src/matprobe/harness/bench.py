@@ -203,10 +203,12 @@ class Bench:
         """:meth:`judge`, computed on the device and read later (:func:`first_problem`):
         the timed rounds judge every replay without waiting for the card."""
         count = len(outputs.views) if calls is None else calls
-        answers, scales = self.call_answers().answers(self.x_log[:count], activation_quant)
+        answers, scales, rounded = self.call_answers().answers(self.x_log[:count], activation_quant)
         assert self.spec.k is not None
         tolerances = spec_tolerance(self.spec)
-        verdicts = Verdicts(outputs.block[:count], answers, scales, self.spec.k, *tolerances)
+        verdicts = Verdicts(
+            outputs.block[:count], answers, scales, self.spec.k, *tolerances, rounded=rounded
+        )
         return Judged(verdicts, outputs.changed_guards(), outputs.breach, count)
 
 

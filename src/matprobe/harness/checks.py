@@ -140,7 +140,9 @@ def check_chain(
         recorder.replay(recording)
         recorder.sync()
         x = declared_x(chain[:links, :k].to(torch_float64()).view(links, 1, 1, k), activation_quant)
-        problem = _judge_calls(spec, outs, operands.answer(x), operands.scale(x))
+        problem = _judge_calls(
+            spec, outs, operands.answer(x), operands.scale(x), operands.rounded_answer(x)
+        )
         if problem:
             return (
                 f"dependent chain (each output feeds the next call's x): {problem[0]}/"
@@ -150,12 +152,14 @@ def check_chain(
 
 
 def _judge_calls(
-    spec: MatmulSpec, outs: Sequence[Any], answers: Any, scales: Any
+    spec: MatmulSpec, outs: Sequence[Any], answers: Any, scales: Any, rounded: Any | None
 ) -> tuple[str, str] | None:
-    """(\"call i\", what is wrong) for the first call whose output fails, else None."""
+    """(\"call i\", what is wrong) for the first call whose output fails, else None;
+    ``rounded``: Q8_0's answers from fp16-rounded weights (``validate``'s module doc)."""
     import torch
 
     assert spec.k is not None
     tolerances = spec_tolerance(spec)
-    failed = first_failure(torch.stack(list(outs)), answers, scales, spec.k, *tolerances)
+    outputs = torch.stack(list(outs))
+    failed = first_failure(outputs, answers, scales, spec.k, *tolerances, rounded=rounded)
     return None if failed is None else (f"call {failed[0] + 1}", failed[1])

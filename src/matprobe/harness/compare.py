@@ -45,8 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from matprobe.harness.report import Report, _md_table, _table, short_label
+from matprobe.harness.report import Report, _md_table, short_label
 from matprobe.harness.results import ClockStats, PairResult, Status
+from matprobe.harness.text_table import plain_table
 from matprobe.safetext import md_safe, term_safe
 
 
@@ -342,7 +343,7 @@ def render_compare_text(c: Comparison) -> str:
     if shift := shift_line(c):
         out.append("  " + shift)
     if c.pairs:
-        out += ["", _table(COMPARE_HEADERS, [compare_cells(p) for p in c.pairs])]
+        out += ["", plain_table(COMPARE_HEADERS, [compare_cells(p) for p in c.pairs])]
     if c.status_changes:
         out += ["", "Status changed (not timed in both):"]
         out += [term_safe("  " + change_line(change)) for change in c.status_changes]

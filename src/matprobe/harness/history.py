@@ -11,14 +11,15 @@ validated variant's device time, the baseline's, and their interleaved ratio
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.report import _md_table, _table, ratio_cell
+from matprobe.harness.report import _md_table, ratio_cell
 from matprobe.harness.results import ClockStats, Ratio
 from matprobe.harness.store import ResultStore
 from matprobe.harness.stored_report import device_from_dict, load_report
+from matprobe.harness.text_table import plain_table
 from matprobe.safetext import md_safe, term_safe
 from matprobe.spec import MatmulSpec
 
@@ -142,11 +143,73 @@ def spec_key_of(text: str) -> str:
     return MatmulSpec.parse(text).key()
 
 
+def _dtype_free(key: str) -> str | None:
+    """``key`` without its dtype (None for a key this version cannot read)."""
+    try:
+        return replace(MatmulSpec.parse(key), dtype=None).key()
+    except MatprobeError:
+        return None
+
+
+def _shared_pairs(a: MatmulSpec, key: str) -> int:
+    try:
+        b = MatmulSpec.parse(key)
+    except MatprobeError:
+        return 0
+    return len(set(a.items()) & set(b.items())) if a.op == b.op else 0
+
+
+def _not_measured(store: ResultStore, spec: MatmulSpec, stored: Sequence[str]) -> str:
+    """Why ``spec`` has no trend, and what the store holds instead: the same shape
+    under other dtypes (a profile's own keys, as ``matprobe analyze`` prints them, may
+    name none), else the nearest key, else that the store holds no results."""
+    key = spec.key()
+    said = f"no run in {store.path} measured {key}"
+    bare = replace(spec, dtype=None).key()
+    others = [k for k in stored if k != key and _dtype_free(k) == bare]
+    if others:
+        which = "stored with dtype" if spec.dtype is None else "stored as"
+        return f"{said}; {which}: {', '.join(others)} (give one as --spec)"
+    if not stored:
+        return f"{said}: the store holds no results"
+    # The nearest key: most key=value pairs in common beyond the op (none: no hint).
+    near = max(stored, key=lambda k: (k != key, _shared_pairs(spec, k), k))
+    close = near != key and _shared_pairs(spec, near) > 1
+    hint = f"nearest stored key: {near}; " if close else ""
+    return (
+        f"{said} ({hint}{len(stored)} spec keys are stored: `matprobe report` shows "
+        "a run's keys as --spec takes them)"
+    )
+
+
+def resolve_spec_key(store: ResultStore, text: str) -> tuple[str, str | None]:
+    """The stored spec key ``text`` names, and a note when it is not ``text``'s own.
+
+    A key without a dtype (as a profile, or ``matprobe analyze``, writes it) whose
+    shape is stored under one dtype is that key; under several, or none,
+    it is a :class:`MatprobeError` that names the keys stored. Every key in a message
+    is the store's text, shown through :func:`term_safe`.
+    """
+    spec = MatmulSpec.parse(text)
+    key = spec.key()
+    stored = store.spec_keys()
+    if key in stored:
+        return key, None
+    if spec.dtype is None:
+        bare = spec.key()
+        others = [k for k in stored if _dtype_free(k) == bare]
+        if len(others) == 1:
+            (only,) = others
+            return only, term_safe(f"{key} names no dtype: showing {only}, its one dtype stored")
+    raise MatprobeError(term_safe(_not_measured(store, spec, stored)))
+
+
 def spec_trend(
     store: ResultStore, spec_key: str, *, known_peers: Collection[str] = ()
 ) -> list[TrendPoint]:
     """Per run that has ``spec_key`` (oldest first): its best own variant and baseline."""
-    key = spec_key_of(spec_key)
+    spec = MatmulSpec.parse(spec_key)
+    key = spec.key()
     points = []
     for run in store.runs():
         report = load_report(store, run.id, spec_key=key, known_peers=known_peers)
@@ -170,7 +233,7 @@ def spec_trend(
             )
         )
     if not points:
-        raise MatprobeError(f"no run in {store.path} measured {key}")
+        raise MatprobeError(term_safe(_not_measured(store, spec, store.spec_keys())))
     return points
 
 
@@ -262,10 +325,10 @@ class History:
 
 def render_history_text(h: History) -> str:
     out = [term_safe(f"{len(h.runs)} runs in {h.store} ({RUNS_TITLE}):")]
-    out.append(_table(RUN_HEADERS, [_run_cells(r) for r in h.runs]))
+    out.append(plain_table(RUN_HEADERS, [_run_cells(r) for r in h.runs]))
     if h.spec_key is not None:
         out += ["", term_safe(f"trend of {h.spec_key} ({TREND_TITLE}):")]
-        out.append(_table(TREND_HEADERS, [_trend_cells(p) for p in h.trend]))
+        out.append(plain_table(TREND_HEADERS, [_trend_cells(p) for p in h.trend]))
     return "\n".join(out) + "\n"
 
 

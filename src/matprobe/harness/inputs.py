@@ -18,7 +18,10 @@ blocks along K whatever the spec's tB says (the profile's ``loader=`` names the
 engine's packing; the numbers are the same). Activations, bias, C₀ and the
 output are fp16. The reference is made from the dequantized weights ``d·q``,
 exact in float64: the kernel is judged on the matmul, the quantization on its
-own (bit for bit against gguf, tests/test_quant.py).
+own (bit for bit against gguf, tests/test_quant.py). A kernel may round each
+``d·q`` once to fp16 (dequantize-then-matmul does), so a second reference is
+made from those rounded weights and every output is judged against the nearer
+(:meth:`Operands64.rounded_answer`; why: ``harness.validate``'s module doc).
 
 SwiGLU specs (``op=matmul_swiglu``): W is gate and up stacked, ``[batch, n0 + n1,
 k]`` (rows ``j`` and ``n0 + j`` make output ``j``; Q8_0 quantizes the stacked W),
@@ -272,7 +275,12 @@ class Operands64:
     """Everything of an input set but ``x`` (A), in float64 where the reference is
     computed: the weights (logical ``[…, batch, k, n]``, Q8_0 dequantized), C₀ and
     the bias, broadcastable over leading axes. Converted once, they answer for any
-    number of ``x`` — every call of a timed replay has an ``x`` of its own."""
+    number of ``x`` — every call of a timed replay has an ``x`` of its own.
+
+    Q8_0 (``quantized``): two answers are legitimate, the one from the exact weights
+    ``d·q`` (:meth:`answer`) and the one from each weight rounded once to fp16, as
+    dequantize-then-matmul computes it (:meth:`rounded_answer`); the comparison
+    judges every output against the nearer (``harness.validate``, module doc)."""
 
     w: Any
     c0: Any | None
@@ -281,6 +289,9 @@ class Operands64:
     beta: float
     swiglu: bool
     _w_abs: Any | None = None
+    #: Q8_0: ``w`` is ``d·q``, which a kernel may round once to fp16 (see the class doc)
+    quantized: bool = False
+    _w_rounded: Any | None = None
 
     @classmethod
     def of(cls, inputs: MatmulInputs, device: Any) -> Operands64:
@@ -293,6 +304,7 @@ class Operands64:
             alpha=inputs.alpha,
             beta=inputs.beta,
             swiglu=inputs.swiglu,
+            quantized=inputs.quantized,
         )
 
     @property
@@ -301,15 +313,35 @@ class Operands64:
             self._w_abs = self.w.abs()
         return self._w_abs
 
+    @property
+    def w_rounded(self) -> Any:
+        """The weights each rounded once to fp16 (to nearest), in float64 — what
+        ``dequantize_q8_0(q, d, float16)`` gives, bit for bit: ``d·q`` (an fp16 scale
+        times an int8 quant, ≤ 18 significant bits) is exact in fp32, so the one
+        rounding is fp32 → fp16's, which is IEEE's correctly rounded product."""
+        if self._w_rounded is None:
+            import torch
+
+            self._w_rounded = self.w.to(torch.float32).to(torch.float16).to(self.w.dtype)
+        return self._w_rounded
+
     def answer(self, a: torch.Tensor) -> torch.Tensor:
         """The float64 result for A = ``a`` (logical ``[…, batch, m, k]``, float64; one
         more leading axis than the weights: one problem per index of it)."""
+        return self._answer(a, self.w)
+
+    def rounded_answer(self, a: torch.Tensor) -> torch.Tensor | None:
+        """Q8_0: the float64 result for A = ``a`` with every weight rounded once to fp16
+        (:attr:`w_rounded`), the other legitimate answer; None for other weights."""
+        return self._answer(a, self.w_rounded) if self.quantized else None
+
+    def _answer(self, a: torch.Tensor, w: Any) -> torch.Tensor:
         if self.swiglu:
             import torch
 
-            gate, up = _matmul(a, self.w).chunk(2, dim=-1)
+            gate, up = _matmul(a, w).chunk(2, dim=-1)
             return torch.nn.functional.silu(gate) * up
-        out = self.alpha * _matmul(a, self.w)
+        out = self.alpha * _matmul(a, w)
         if self.c0 is not None:
             out = out + self.beta * self.c0
         if self.bias is not None:
@@ -400,13 +432,19 @@ class CallAnswers:
             beta=ops.beta,
             swiglu=ops.swiglu,
             _w_abs=None if ops._w_abs is None else ops._w_abs[:count],
+            quantized=ops.quantized,
+            _w_rounded=None if ops._w_rounded is None else ops._w_rounded[:count],
         )
         return part
 
-    def answers(self, x_log: Any, activation_quant: str | None = None) -> tuple[Any, Any]:
-        """``(references, scales)``, ``[calls, batch, m, n_out]``, for ``x_log``
+    def answers(
+        self, x_log: Any, activation_quant: str | None = None
+    ) -> tuple[Any, Any, Any | None]:
+        """``(references, scales, rounded)``, ``[calls, batch, m, n_out]``, for ``x_log``
         (``[calls, *a's stored shape]``, calls a multiple of the set count), x as a
-        kernel that declares ``activation_quant`` computes with it."""
+        kernel that declares ``activation_quant`` computes with it; ``rounded``: Q8_0's
+        references from fp16-rounded weights (:meth:`Operands64.rounded_answer`), else
+        None."""
         from matprobe.harness.validate import declared_x
 
         x = x_log.detach().to(self.where, torch_float64())
@@ -415,7 +453,12 @@ class CallAnswers:
             x = x.transpose(-1, -2)
         x = declared_x(x, activation_quant)
         refs, scales = self.operands.answer(x), self.operands.scale(x)
-        return refs.flatten(0, 1), scales.flatten(0, 1)
+        rounded = self.operands.rounded_answer(x)
+        return (
+            refs.flatten(0, 1),
+            scales.flatten(0, 1),
+            None if rounded is None else rounded.flatten(0, 1),
+        )
 
 
 def _swiglu_scale(a: torch.Tensor, w: torch.Tensor, w_abs: torch.Tensor) -> torch.Tensor:

@@ -158,13 +158,14 @@ def validate_pair(
     case = seeded_case(spec, derived("validation"), where)
     operands = case.operands
 
-    def trial(t: int) -> tuple[Any, Any, Any]:
+    def trial(t: int) -> tuple[Any, Any, Any, Any | None]:
         # The reference comes from the pristine inputs, never from the copy the
         # kernel was given: a kernel that rewrites its inputs is graded against
         # the problem it was asked, not the one it left behind.
         x = fresh_x(case.inputs, fresh_seed())
         a = declared_x(x64(case.inputs, x), activation_quant)
-        expected = operands.answer(a), operands.scale(a)
+        # Q8_0: with the answer from fp16-rounded weights, the other legitimate one
+        expected = operands.answer(a), operands.scale(a), operands.rounded_answer(a)
         inputs = fresh_copy(replace(case.inputs, a=x), where)
         outputs = GuardedOutputs(spec, where)
         outputs.prefill()

@@ -13,7 +13,9 @@ source that fails half-way leaves the target as it was before that source):
   without their run id, which is renumbered). Two different measurements under
   one key are a :class:`Conflict`: the newer ``measured_at`` stays in
   ``results`` (on a tie, the row already in the target), the other goes to
-  ``superseded_results``, where a run's report still finds what it measured;
+  ``superseded_results``, where a run's report still finds what it measured.
+  Merging the same stores again says no conflict twice: a measurement already
+  superseded by the kept one is counted as settled;
 * **superseded results** and **run reports** of the sources, their run ids
   remapped; **device info**, the most recently updated per device.
 
@@ -69,6 +71,8 @@ class MergeSummary:
     reports_added: int = 0
     devices_merged: int = 0
     conflicts: list[Conflict] = field(default_factory=list)
+    #: conflicts an earlier merge of the same rows already settled (not said again)
+    conflicts_settled: int = 0
     #: where each row this merge wrote came from (a conflict names the source
     #: store, not the target it has since been copied into)
     origins: dict[tuple[Any, ...], str] = field(default_factory=dict, repr=False)
@@ -77,8 +81,13 @@ class MergeSummary:
         return (
             f"merged {len(self.sources)} store(s) into {self.into}: {self.runs_added} runs added "
             f"({self.runs_known} already there), {self.results_added} results added, "
-            f"{self.results_identical} identical, {len(self.conflicts)} conflicts, "
-            f"{self.history_added} superseded rows, {self.reports_added} run reports, "
+            f"{self.results_identical} identical, {len(self.conflicts)} conflicts"
+            + (
+                f" ({self.conflicts_settled} more settled by an earlier merge)"
+                if self.conflicts_settled
+                else ""
+            )
+            + f", {self.history_added} superseded rows, {self.reports_added} run reports, "
             f"{self.devices_merged} device infos"
         )
 
@@ -259,9 +268,13 @@ def _merge_result(
     incoming_wins = str(measured_at) > str(old_measured_at)
     incoming = _origin(source_path, run_id, measured_at)
     present = summary.origins.get(tuple(key)) or _origin(target_path, old_run, old_measured_at)
-    _supersede(
+    added = _supersede(
         conn, tuple(existing) if incoming_wins else (*key, status, new_run, measured_at, record)
     )
+    if not incoming_wins and not added:
+        # This very measurement lost to the kept one in an earlier merge: settled.
+        summary.conflicts_settled += 1
+        return
     if incoming_wins:
         conn.execute(
             f"UPDATE results SET status = ?, run_id = ?, measured_at = ?, record = ? "

@@ -28,7 +28,7 @@ from typing import Any
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.results import PairResult
-from matprobe.harness.worker import OnResult, OnStart, Task, Worker, run_tasks
+from matprobe.harness.worker import OnResult, OnStart, Task, WorkerSet, run_tasks
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,8 @@ ItemRunner = Callable[[Sequence[Task], OnStart, OnResult, threading.Event], None
 
 def slot_runner(
     runner: Callable[..., None], slot: DeviceSlot, options: dict[str, Any]
-) -> tuple[ItemRunner, Worker | None]:
-    """How a slot measures its items, and the :class:`Worker` it keeps, if any.
+) -> tuple[ItemRunner, WorkerSet | None]:
+    """How a slot measures its items, and the :class:`WorkerSet` it keeps, if any.
 
     The ordinary runner (:func:`~matprobe.harness.worker.run_tasks`, which starts
     a process per call) becomes one Worker the slot keeps for the whole run
@@ -110,7 +110,7 @@ def slot_runner(
     ``measure_peaks``); any other runner (tests, a custom one) is called once per
     item with the run's options."""
     if runner is run_tasks:
-        worker = Worker(device=slot.device, **options)
+        worker = WorkerSet(device=slot.device, **options)
 
         def on_worker(
             tasks: Sequence[Task], start: OnStart, result: OnResult, cancel: threading.Event

@@ -55,7 +55,7 @@ from matprobe.harness.worker import (
     OnStart,
     Task,
     TaskData,
-    Worker,
+    WorkerSet,
     load_registry,
     task_data,
     task_from_data,
@@ -290,7 +290,7 @@ class _Kept:
     the measuring process (re-made when the run or the card assigned changes)."""
 
     key: tuple[Any, ...]
-    worker: Worker
+    worker: WorkerSet
     registry: Any
     card: str
 
@@ -329,7 +329,7 @@ def _keep(setup: Setup) -> _Kept:
     node = ray.util.get_node_ip_address()
     _kept = _Kept(
         key,
-        Worker(
+        WorkerSet(
             factory=setup.factory,
             plugins=setup.plugins,
             device=device,

@@ -32,7 +32,7 @@ from matprobe.harness.results import PairResult, Ratio, Status
 from matprobe.harness.runner import PairState, Plan, RunOutcome
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import Variant
-from matprobe.safetext import md_safe, term_safe
+from matprobe.safetext import md_safe
 from matprobe.spec import MatmulSpec
 
 #: host round trip at least this many times the device time: launch-bound
@@ -69,6 +69,11 @@ class Row:
     @property
     def timed(self) -> bool:
         return self.result.status is Status.PASS and self.device_us is not None
+
+    @property
+    def ranked(self) -> bool:
+        """Timed, and its clocks agree: only such a row can be crowned."""
+        return self.timed and CLOCKS_DISAGREE_TAG not in self.tags
 
     @property
     def exceeds_read_ceiling(self) -> bool:
@@ -306,7 +311,9 @@ def assemble_report(
     per_token = per_token_weights([part.spec for part in parts], tokens)
     sections = [
         replace(
-            _section(part.spec, part.results, part.baseline, peaks, set(peers)),
+            _section(
+                part.spec, part.results, part.baseline, peaks, set(peers), device.kind == "cpu"
+            ),
             unsupported=tuple(part.unsupported),
             calls_per_token=per_token.weight(part.spec),
         )
@@ -336,17 +343,28 @@ def _section(
     target: str | None,
     peaks: Mapping[str, Any] | None,
     peers: Collection[str],
+    one_clock: bool,
 ) -> SpecSection:
-    """One spec's rows, ranked and tagged; best and best peer picked apart."""
+    """One spec's rows, ranked and tagged; best and best peer picked apart.
+    ``one_clock``: the device, hot and host clocks all time the same wall-clock
+    call (the CPU), so a row whose clocks disagree is not ranked — nor is a
+    baseline whose clocks disagree a figure to compare with."""
     base = next(
-        (r for r in results if r.status is Status.PASS and _matches(target, r) and r.clocks.device),
+        (
+            r
+            for r in results
+            if r.status is Status.PASS
+            and _matches(target, r)
+            and r.clocks.device
+            and not (one_clock and clocks_disagree(r))
+        ),
         None,
     )
     base_us = base.clocks.device.median_us if base and base.clocks.device else None
-    rows = [_row(spec, r, base_us, peaks, target, peers) for r in results]
+    rows = [_row(spec, r, base_us, peaks, target, peers, one_clock) for r in results]
     rows.sort(key=_rank_key)
-    best = next((r for r in rows if r.timed and r.ours), None)
-    best_peer = next((r for r in rows if r.timed and r.peer and not r.is_baseline), None)
+    best = next((r for r in rows if r.ranked and r.ours), None)
+    best_peer = next((r for r in rows if r.ranked and r.peer and not r.is_baseline), None)
     best_host = min(
         (r for r in rows if r.ours and r.result.status is Status.PASS and r.result.clocks.host),
         default=None,
@@ -373,6 +391,7 @@ def _row(
     peaks: Mapping[str, Any] | None,
     baseline_target: str | None,
     peers: Collection[str],
+    one_clock: bool = False,
 ) -> Row:
     clock = result.clocks.device
     device_us = clock.median_us if clock and result.status is Status.PASS else None
@@ -406,7 +425,36 @@ def _row(
         and noisy(clock.p10_us, clock.p90_us, clock.median_us)
     ):
         tags.append("noisy")
+    if one_clock and clocks_disagree(result):
+        tags.append(CLOCKS_DISAGREE_TAG)
+    pair = result.clocks.vs_baseline
+    if pair and base_us and abs(pair.baseline_us / base_us - 1.0) > PAIR_BASE_GAP:
+        # The ratio is to the baseline timed in this pair's own rounds, which then
+        # ran at another speed than in its own row: the ratio and the two medians
+        # disagree, and the row says why.
+        tags.append(f"pair-base {pair.baseline_us:.4g} µs")
     return Row(result, tuple(tags), device_us, vs_base, vs_prod, gbps, pct, tflops, peer)
+
+
+#: The tag of a row whose clocks time one call differently (:func:`clocks_disagree`).
+CLOCKS_DISAGREE_TAG = "clocks-disagree"
+#: Beyond the range the other clocks span, the factor that makes clocks disagree.
+CLOCKS_DISAGREE_FACTOR = 2.0
+#: How far the baseline in a pair's rounds may run from its own row before it is said.
+PAIR_BASE_GAP = 0.25
+
+
+def clocks_disagree(result: PairResult) -> bool:
+    """Where the device, hot and host clocks time the same call (the CPU's wall
+    clock), the device median lies more than :data:`CLOCKS_DISAGREE_FACTOR` outside
+    the p10–p90 range of the other two: one clock caught something else (a
+    112 000 µs device figure beside hot and host clocks of 60 and 96 µs)."""
+    c = result.clocks
+    if result.status is not Status.PASS or not (c.device and c.hot and c.host):
+        return False
+    low, high = min(c.hot.p10_us, c.host.p10_us), max(c.hot.p90_us, c.host.p90_us)
+    median = c.device.median_us
+    return median > CLOCKS_DISAGREE_FACTOR * high or median * CLOCKS_DISAGREE_FACTOR < low
 
 
 #: (p90 − p10) / median beyond which a device clock is called noisy: a shared
@@ -557,17 +605,6 @@ def _cells(row: Row) -> list[str]:
         _sci(r.metrics.max_rel if r.metrics else None),
         " ".join(f"[{t}]" for t in row.tags),
     ]
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:
-    rows = [[term_safe(c) for c in row] for row in rows]  # widths of what is printed
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
-    lines = [indent + "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    for row in rows:
-        lines.append(indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def _peaks_line(peaks: Mapping[str, Any]) -> str:
@@ -753,6 +790,8 @@ def _impact_total(report: Report) -> str:
             text += f" = {per_token_us:.1f} µs per token"
         return text
 
+    if all(verdict(s) == "unjudged" for s in report.sections):
+        return "total: no spec judged, so no saving is claimed"
     text = f"total: {saved(report.impact_ms(), report.impact_us_per_token())}"
     if report.tokens:
         text += f" over {report.tokens} tokens"
@@ -827,40 +866,6 @@ def _summary_rows(report: Report) -> list[list[str]]:
     return rows
 
 
-def render_terminal(report: Report) -> str:
-    out = [term_safe(line) for line in _header_lines(report)]
-    for section in report.sections:
-        out.append("")
-        out.append(term_safe(f"== {section.spec.key()}"))
-        details = _spec_lines(section, report)
-        if details:
-            out.append(term_safe("   " + " · ".join(details)))
-        if section.rows:
-            out.append(_table(HEADERS, [_cells(r) for r in section.rows]))
-        else:
-            out.append("  (no supported variant)")
-        out.extend(term_safe(line) for line in _failure_lines(section))
-        out.extend(term_safe(line) for line in _notes(section))
-        if line := _unsupported_line(section):
-            out.append(term_safe(line))
-    out.append("")
-    out.append(
-        "Summary (device clock; best = our fastest validated variant, never a peer "
-        "nor the baseline):"
-    )
-    out.append(_table(SUMMARY_HEADERS, _summary_rows(report)))
-    out.append("")
-    out.append("Impact (call count × (baseline − our best validated variant), device clock):")
-    impact = _impact_rows(report)
-    if impact:
-        out.append(_table(IMPACT_HEADERS, impact))
-    out.append("  " + _verdict_line(report))
-    out.append("  " + _impact_total(report))
-    if report.per_token_basis:
-        out.append(term_safe("  " + report.per_token_basis))
-    return "\n".join(out) + "\n"
-
-
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(md_safe(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(md_safe(c) for c in row) + " |" for row in rows]
@@ -898,7 +903,23 @@ def render_markdown(report: Report) -> str:
     out += [f"{md_safe(_verdict_line(report))}. {md_safe(_impact_total(report))}."]
     if report.per_token_basis:
         out += ["", md_safe(report.per_token_basis) + "."]
+    if scope := scope_line(report):
+        out += ["", md_safe(scope)]
     return "\n".join(out) + "\n"
+
+
+def scope_line(report: Report) -> str | None:
+    """What a run on this device cannot tell, where that is not obvious: a CPU run
+    validates every kernel but times only what runs natively on the CPU."""
+    if report.device.kind != "cpu":
+        return None
+    return (
+        "What this CPU run tells: which variants compute the right answer (each judged "
+        "against float64; Triton kernels in the interpreter) and how the libraries that "
+        "run natively compare on this CPU. What it cannot tell: which kernel wins on a "
+        "GPU — interpreted kernels are validated, not timed, and CPU times say nothing "
+        "of a GPU's. Rank GPU kernels with matprobe run on a CUDA machine."
+    )
 
 
 def _result_json(row: Row) -> dict[str, Any]:

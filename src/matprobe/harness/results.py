@@ -26,6 +26,9 @@ class ErrorKind(str, Enum):
     TIMEOUT = "timeout"
     OOM = "oom"
     EXCEPTION = "exception"  # any other Python exception in the variant
+    #: code in the worker replaced a function the judge or the baseline runs
+    #: (:mod:`matprobe.harness.tamper`): no verdict is taken there
+    TAMPER = "tamper"
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from matprobe.harness.store import ResultKey, ResultStore
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import SHIPPED_FACTORY, Variant
 from matprobe.harness.work import WorkQueue
-from matprobe.harness.worker import CARD_PEAKS, Task, Worker, run_tasks
+from matprobe.harness.worker import CARD_PEAKS, Task, WorkerSet, run_tasks
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -381,7 +381,7 @@ def execute(
             # has: a family no longer pays a process start (torch, CUDA context).
             where = slots[0].device if slots else device
             peaks = CARD_PEAKS if where.kind == "cuda" else None
-            worker = Worker(device=where, measure_peaks=peaks, **options)
+            worker = WorkerSet(device=where, measure_peaks=peaks, **options)
             try:
                 with worker:
                     while (tasks := work.take()) is not None:

@@ -718,6 +718,17 @@ class ResultStore:
         found.sort(key=lambda row: (row[0], row[1]))
         return [self._decode(record, f"{sk} {vid}") for sk, vid, record in found]
 
+    def spec_keys(self) -> list[str]:
+        """Every spec key the store has results of (kept or since replaced), sorted."""
+        with self._snapshot("reading spec keys") as conn:
+            union = (
+                " UNION SELECT spec_key FROM superseded_results"
+                if "superseded_results" in _schema_objects(conn)
+                else ""
+            )
+            rows = conn.execute(f"SELECT spec_key FROM results{union}").fetchall()
+        return sorted(str(row[0]) for row in rows)
+
     def run_result_counts(self) -> dict[int, dict[str, int]]:
         """Per run id: how many results it measured (kept or since replaced), by status
         (``pass``, ``fail``, ``error``) and by timing policy (``policy:<fingerprint>``)."""

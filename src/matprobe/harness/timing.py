@@ -132,10 +132,12 @@ def time_kernels_profiler(
 
 def _kernel_durations(launch: Callable[[], None]) -> list[float]:
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
+
+    from matprobe.quiet_profiler import quiet_profile
 
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with quiet_profile([ProfilerActivity.CUDA]) as prof:
         launch()
         torch.cuda.synchronize()
     return [

@@ -50,6 +50,7 @@ from matprobe.harness.results import ErrorKind, PairResult
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import (
     SHIPPED_FACTORY,
+    SHIPPED_ORIGIN,
     Registry,
     Variant,
     import_ref,
@@ -140,6 +141,11 @@ def _worker_main(
             import torch
 
             torch.set_num_threads(cpu_threads)
+        # What the judge and the baseline run, as matprobe and torch define it,
+        # before any plugin is imported (matprobe.harness.tamper).
+        from matprobe.harness.tamper import Snapshot
+
+        snapshot = Snapshot.take()
         # A plugin found in the parent's current directory is found here too
         # (registry_with_plugins puts the working directory on sys.path).
         registry = load_registry(factory, plugins)
@@ -163,7 +169,7 @@ def _worker_main(
                 return
             if message is None:
                 return
-            if not _measure_item(conn, message[1], registry, ctx):
+            if not _measure_item(conn, message[1], registry, ctx, snapshot):
                 return
             conn.send(("idle",))
     except Exception:
@@ -179,22 +185,41 @@ def _call(ref: str) -> dict[str, Any]:
 
 
 def _measure_item(
-    conn: Connection, tasks: list[TaskData], registry: Registry, ctx: PairContext
+    conn: Connection, tasks: list[TaskData], registry: Registry, ctx: PairContext, snapshot: Any
 ) -> bool:
     """Measure one item's pairs, reporting each; False when this process must exit
-    (its CUDA context is poisoned) — the parent goes on in a fresh one."""
-    for data in tasks:
+    (its CUDA context is poisoned, or code in it replaced what the judge or the
+    baseline runs) — the parent goes on in a fresh one."""
+    for number, data in enumerate(tasks):
         conn.send(("start", data[0]))
         task = task_from_data(data, registry)
-        try:
-            result = measure_pair_safely(task.spec, task.variant, ctx, task.baseline)
-        except PoisonedContextError as poisoned:
-            conn.send(("done", task.index, poisoned.args[0].to_dict()))
-            conn.send(("exit", "CUDA context poisoned; restarting the worker"))
+        changed = snapshot.changed()
+        if not changed:
+            try:
+                result = measure_pair_safely(task.spec, task.variant, ctx, task.baseline)
+            except PoisonedContextError as poisoned:
+                conn.send(("done", task.index, poisoned.args[0].to_dict()))
+                conn.send(("exit", "CUDA context poisoned; restarting the worker"))
+                return False
+            changed = snapshot.changed()
+        if changed:
+            # Replaced before this pair ran (at import, or by an earlier pair of
+            # this item): so it is for the rest of the item; a fresh process for
+            # the next one.
+            for rest in tasks[number:]:
+                rest_task = task_from_data(rest, registry)
+                conn.send(("done", rest_task.index, _tampered(rest_task, ctx, changed).to_dict()))
+            conn.send(("exit", "code in the worker replaced the judge's or the baseline's"))
             return False
         conn.send(("done", task.index, result.to_dict()))
     _release_cached_memory(ctx.device)
     return True
+
+
+def _tampered(task: Task, ctx: PairContext, changed: Sequence[str]) -> PairResult:
+    shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
+    why = f"{shown} replaced in the process that measured it: no verdict is taken there"
+    return error_result(task.spec, task.variant, ctx, ErrorKind.TAMPER, why)
 
 
 def _release_cached_memory(device: DeviceInfo) -> None:
@@ -443,6 +468,75 @@ def _progress_possible(problem: str) -> bool:
     return problem.startswith("CUDA context poisoned")
 
 
+def plugins_needed(tasks: Sequence[Task], plugins: Sequence[str]) -> tuple[str, ...]:
+    """The run's plugins (in their order) that define the families of ``tasks``'
+    candidates and baselines: the only ones their worker imports."""
+    origins = {t.variant.family.origin for t in tasks}
+    origins |= {t.baseline.family.origin for t in tasks if t.baseline is not None}
+    origins.discard(SHIPPED_ORIGIN)
+    return tuple(p for p in plugins if p in origins)
+
+
+class WorkerSet:
+    """:class:`Worker`'s interface over one worker per set of plugins: a family is
+    measured in a process that imported matprobe's families and its own plugin
+    only, so a plugin that patches torch or matprobe when imported reaches its own
+    rows (where :mod:`~matprobe.harness.tamper` refuses them), never the shipped
+    families' nor another plugin's. Each process is started on its first item and
+    kept for the next; the card's peaks are measured by the one without plugins."""
+
+    def __init__(
+        self, *, plugins: Sequence[str] = (), measure_peaks: str | None = None, **options: Any
+    ) -> None:
+        self._plugins = tuple(plugins)
+        self._measure_peaks = measure_peaks
+        self._options = options
+        self._workers: dict[tuple[str, ...], Worker] = {}
+
+    def worker_for(self, tasks: Sequence[Task]) -> Worker:
+        needed = plugins_needed(tasks, self._plugins)
+        if needed not in self._workers:
+            peaks = self._measure_peaks if not needed else None
+            self._workers[needed] = Worker(plugins=needed, measure_peaks=peaks, **self._options)
+        return self._workers[needed]
+
+    def run(
+        self,
+        tasks: Sequence[Task],
+        *,
+        on_start: OnStart,
+        on_result: OnResult,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        if tasks:
+            self.worker_for(tasks).run(tasks, on_start=on_start, on_result=on_result, cancel=cancel)
+
+    @property
+    def peaks(self) -> dict[str, Any] | None:
+        shipped = self._workers.get(())
+        return shipped.peaks if shipped is not None else None
+
+    @property
+    def pids(self) -> list[int]:
+        return [pid for worker in self._workers.values() for pid in worker.pids]
+
+    def close(self) -> None:
+        for worker in self._workers.values():
+            worker.close()
+
+    def __enter__(self) -> WorkerSet:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for worker in self._workers.values():
+            worker.__exit__(kind, exc, tb)
+
+
 def run_tasks(
     tasks: Sequence[Task],
     *,
@@ -459,7 +553,7 @@ def run_tasks(
     """Run ``tasks`` (one family's) in a worker process of their own (replaced
     after a crash), stopped at the end: :meth:`Worker.run` once. Each process
     builds its registry from ``factory`` and ``plugins``, as the parent built its own."""
-    worker = Worker(
+    workers = WorkerSet(
         factory=factory,
         plugins=plugins,
         device=device,
@@ -467,5 +561,5 @@ def run_tasks(
         run_id=run_id,
         timeout_s=timeout_s,
     )
-    with worker:
-        worker.run(tasks, on_start=on_start, on_result=on_result, cancel=cancel)
+    with workers:
+        workers.run(tasks, on_start=on_start, on_result=on_result, cancel=cancel)

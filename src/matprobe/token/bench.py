@@ -109,6 +109,8 @@ class ModeResult:
     samples_us: list[float] = field(default_factory=list)
     #: per round: this mode's time minus its matmul-less twin's in the same round
     share_samples_us: list[float] = field(default_factory=list)
+    #: timed replays whose logits were judged against float64 (each on a fresh input)
+    judged: int = 0
 
     @property
     def timed(self) -> bool:
@@ -198,6 +200,59 @@ class TokenResult:
         return float(p50), float(p10), float(p90)
 
 
+class _ReplayJudge:
+    """Every timed replay of one mode on a fresh input embedding (written before the
+    replay, outside the clock), its logits kept and judged against float64 after
+    the rounds: a table kernel that memoises, or computes only on the validation
+    trials' inputs, fails on the replays it is timed on."""
+
+    def __init__(self, owner: TokenBench, mode: Mode) -> None:
+        from matprobe.harness.seeds import fresh_seed
+
+        self.owner = owner
+        self.mode = mode
+        self.seed = fresh_seed()  # values no earlier draw of this process made
+        self.inputs: dict[int, torch.Tensor] = {}
+        self.outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.last: torch.Tensor | None = None
+
+    def fresh(self, index: int) -> None:
+        w = self.owner.weights
+        (x0,) = embeddings(
+            self.owner.config, 1, dtype=self.owner.dtype, device=w.x0.device, seed=self.seed + index
+        )
+        w.x0.copy_(x0)
+        self.inputs[index] = x0
+
+    def keep(self, index: int) -> None:
+        if self.last is None:
+            raise MatprobeError(f"{self.mode.name}: a timed replay returned no logits")
+        self.outputs.append((self.inputs.pop(index), self.last.detach().clone()))
+        self.last = None
+
+    def verdict(self, tolerance: Tolerance) -> tuple[int, str | None]:
+        """(replays judged, why the worst failed or None); the validation input is
+        put back."""
+        self.owner.weights.x0.copy_(self.owner.inputs[0])
+        for number, (x0, logits) in enumerate(self.outputs, start=1):
+            failure = tolerance.failure(logit_error(logits, self.owner.reference(x0)))
+            if failure:
+                return number, f"timed replay {number} of {len(self.outputs)}: {failure}"
+        return len(self.outputs), None
+
+
+def _keeping(call: TokenCall, judge: _ReplayJudge | None) -> TokenCall:
+    """``call``, handing each output to ``judge`` (kept after the clock stops)."""
+    if judge is None:
+        return call
+
+    def kept() -> torch.Tensor:
+        judge.last = call()
+        return judge.last
+
+    return kept
+
+
 def device_description(kind: str) -> tuple[str, dict[str, str]]:
     """The device's name and what makes its figures comparable: the versions, and
     on CUDA the compute capability and the driver (as ``matprobe run`` records them)."""
@@ -277,13 +332,14 @@ class TokenBench:
 
     def _references(self) -> list[torch.Tensor]:
         """float64 logits of every trial: the same step over the same weights, upcast."""
-        exact = self.weights.map(lambda t: t.to(torch.float64))
-        step = DecodeStep(self.config, exact, self.specs, context=self.context)
-        refs = []
-        for x0 in self.inputs:
-            exact.x0.copy_(x0)
-            refs.append(step.forward(torch_linear).to("cpu"))
-        return refs
+        self._exact = self.weights.map(lambda t: t.to(torch.float64))
+        self._exact_step = DecodeStep(self.config, self._exact, self.specs, context=self.context)
+        return [self.reference(x0) for x0 in self.inputs]
+
+    def reference(self, x0: torch.Tensor) -> torch.Tensor:
+        """float64 logits (on the CPU) of the step on the input embedding ``x0``."""
+        self._exact.x0.copy_(x0)
+        return self._exact_step.forward(torch_linear).to("cpu")
 
     def _validate(self, call: TokenCall) -> LogitError:
         errors = []
@@ -387,7 +443,37 @@ class TokenBench:
                 calls[mode.name] = call
         tolerance = tolerances[None]
         clock = cuda_time_us if self.device == "cuda" else host_time_us
-        samples = interleaved_rounds(calls, rounds, clock) if calls else {}
+        judges = {
+            r.mode.name: _ReplayJudge(self.peer() if r.mode.peer is not None else self, r.mode)
+            for r in results
+            if r.mode.name in calls and r.mode.validated
+        }
+        samples = (
+            interleaved_rounds(
+                {name: _keeping(call, judges.get(name)) for name, call in calls.items()},
+                rounds,
+                clock,
+                before=lambda name, index: judges[name].fresh(index) if name in judges else None,
+                after=lambda name, index: judges[name].keep(index) if name in judges else None,
+            )
+            if calls
+            else {}
+        )
+        for result in results:
+            judge = judges.get(result.mode.name)
+            if judge is not None:
+                # The baseline is held to its absolute bound, every other mode to the
+                # one it was validated against (a multiple of the baseline's error).
+                own = result.mode.own.name == BASELINE
+                bound_of = (
+                    baseline_bound(result.mode.peer or self.dtype, self.config.layers, k_max)
+                    if own
+                    else tolerances[result.mode.peer]
+                )
+                result.judged, failure = judge.verdict(bound_of)
+                if failure:
+                    result.status, result.reason = "FAIL", failure
+                    samples.pop(result.mode.name, None)  # a wrong token is never a fast one
         for result in results:
             result.samples_us = samples.get(result.mode.name, [])
             rest = result.mode.rest

@@ -83,7 +83,9 @@ def record_token(
     step: DecodeStep, linear: LinearFn, *, tokens: int, device_kind: str
 ) -> list[list[RangeSample]]:
     """Run ``tokens`` eager steps under the profiler; each token's ranges in order."""
-    from torch.profiler import DeviceType, ProfilerActivity, profile
+    from torch.profiler import DeviceType, ProfilerActivity
+
+    from matprobe.quiet_profiler import quiet_profile
 
     if tokens < 1:
         raise MatprobeError(f"a profile needs at least one token, got {tokens}")
@@ -92,7 +94,7 @@ def record_token(
     activities = [ProfilerActivity.CPU]
     if device_kind == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
+    with quiet_profile(activities) as prof:
         for _ in range(tokens):
             step.forward(linear, region)
         if device_kind == "cuda":

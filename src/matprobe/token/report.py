@@ -100,7 +100,8 @@ def _header(token: TokenResult) -> list[str]:
         lines.append(f"byte floor: {mb:.1f} MB read per token ({parts}); no read ceiling here")
     tol = token.tolerance
     check = (
-        f"validation: logits vs float64 over {token.trials} trials; baseline within "
+        f"validation: logits vs float64 over {token.trials} trials and every timed replay "
+        f"(each on a fresh input embedding); baseline within "
         f"{token.baseline_bound.norm_rel:.1e} norm-wise / {token.baseline_bound.max_rel:.1e} "
         f"worst logit"
     )
@@ -225,6 +226,7 @@ def to_json(token: TokenResult, checks: Sequence[PredictionCheck] = ()) -> dict[
                 "status": r.status,
                 "reason": r.reason,
                 "error": r.error.to_dict() if r.error else None,
+                "judged_replays": r.judged,
                 "kernels": r.kernels.to_dict() if r.kernels else None,
                 "median_us": r.median_us,
                 "p10_us": r.percentile(10),

@@ -84,12 +84,19 @@ def rotation(names: Sequence[str], round_index: int) -> list[str]:
     return [*names[shift:], *names[:shift]]
 
 
+#: ``hook(name, round_index)``: called before and after each timed call, outside
+#: the clock (a fresh input written before, the output kept after).
+RoundHook = Callable[[str, int], None]
+
+
 def interleaved_rounds(
     calls: Mapping[str, TokenCall],
     rounds: int,
     clock: Callable[[TokenCall], float],
     *,
     warmup_rounds: int = 1,
+    before: RoundHook | None = None,
+    after: RoundHook | None = None,
 ) -> dict[str, list[float]]:
     """µs of every call, once a round for ``rounds`` rounds (after ``warmup_rounds``
     not recorded); sample i of every mode comes from round i."""
@@ -97,7 +104,11 @@ def interleaved_rounds(
     samples: dict[str, list[float]] = {name: [] for name in names}
     for index in range(warmup_rounds + rounds):
         for name in rotation(names, index):
+            if before is not None:
+                before(name, index)
             elapsed = clock(calls[name])
+            if after is not None:
+                after(name, index)
             if index >= warmup_rounds:
                 samples[name].append(elapsed)
     return samples
@@ -115,12 +126,14 @@ class KernelCount:
 
 def count_kernels(call: TokenCall, device_kind: str) -> KernelCount:
     """Kernels of one call of ``call``, from the PyTorch profiler."""
-    from torch.profiler import DeviceType, ProfilerActivity, profile
+    from torch.profiler import DeviceType, ProfilerActivity
+
+    from matprobe.quiet_profiler import quiet_profile
 
     activities = [ProfilerActivity.CPU]
     if device_kind == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
+    with quiet_profile(activities) as prof:
         call()
         if device_kind == "cuda":
             torch.cuda.synchronize()

@@ -124,10 +124,15 @@ class Tolerance:
         """Why ``error`` fails, or None when it passes."""
         if error.nonfinite:
             return f"{error.nonfinite} logits NaN/Inf"
+        # as many digits as tell the figure from its bound (harness.validate's way)
+        from matprobe.harness.validate import distinct_digits
+
         if not error.norm_rel <= self.norm_rel:
-            return f"norm-wise error {error.norm_rel:.2e} > {self.norm_rel:.2e} ({self.basis})"
+            shown, bound = distinct_digits(error.norm_rel, self.norm_rel)
+            return f"norm-wise error {shown} > {bound} ({self.basis})"
         if not error.max_rel <= self.max_rel:
-            return f"worst logit off by {error.max_rel:.2e} > {self.max_rel:.2e} ({self.basis})"
+            shown, bound = distinct_digits(error.max_rel, self.max_rel)
+            return f"worst logit off by {shown} > {bound} ({self.basis})"
         return None
 
     def to_dict(self) -> dict[str, Any]:

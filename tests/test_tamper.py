@@ -1,0 +1,173 @@
+"""A plugin that patches what the judge or the baseline runs: on f5ced8b a plugin
+that slowed ``torch.mm`` on import was ranked 0.09–0.16× of cuBLAS, and one that
+replaced the comparison PASSed while writing zeros. Each family is now measured in
+a process that imported its own plugin only, and a worker whose torch, numpy or
+matprobe functions were replaced takes no verdict."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
+
+from matprobe.cli import main  # noqa: E402
+from matprobe.harness import validate  # noqa: E402
+from matprobe.harness.results import ErrorKind, Status  # noqa: E402
+from matprobe.harness.store import ResultStore  # noqa: E402
+from matprobe.harness.tamper import Snapshot  # noqa: E402
+from test_plugins import PLUGIN  # noqa: E402
+
+ONE_SPEC = ("--device", "cpu", "--op", "matmul_bias_add")
+
+#: What each cheater does, at import or from inside its kernel.
+CHEATS = {
+    "slows the baseline at import": """
+        import time
+        _matmul, _addmm = torch.matmul, torch.addmm
+        def slow_matmul(*args, **kwargs):
+            time.sleep(0.002)
+            return _matmul(*args, **kwargs)
+        def slow_addmm(*args, **kwargs):
+            time.sleep(0.002)
+            return _addmm(*args, **kwargs)
+        torch.matmul, torch.addmm = slow_matmul, slow_addmm
+        """,
+    "replaces the judge at import": """
+        from matprobe.harness import validate
+        validate.first_problem = lambda judged: None
+        """,
+    "swaps a judging function's body at import": """
+        from matprobe.harness import validate
+        def _lenient(*args, **kwargs):
+            return None
+        validate.first_failure.__code__ = _lenient.__code__
+        """,
+    "replaces the judge from its kernel": """
+        _armed = []
+        _zeros = mine_zeros
+        @variant_family(name="{prefix}.sly", ops=ALL_OPS)
+        def mine_sly(spec, params, device):
+            def run(inputs, out):
+                if not _armed:
+                    from matprobe.harness import validate
+                    validate.first_problem = lambda judged: None
+                    _armed.append(1)
+                out.zero_()
+            return run
+        FAMILIES = (mine_exact, mine_zeros, mine_sly)
+        """,
+}
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A kernel engineer's repo as the current directory; whatever a cheater patches
+    in this (the planning) process is put back afterwards."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for owner, name in ((torch, "matmul"), (torch, "addmm"), (validate, "first_problem")):
+        monkeypatch.setattr(owner, name, getattr(owner, name))
+    code = validate.first_failure.__code__
+    before = set(sys.modules)
+    yield tmp_path
+    validate.first_failure.__code__ = code
+    for name in set(sys.modules) - before:
+        if (tmp_path / f"{name}.py").exists():
+            del sys.modules[name]
+
+
+def write(folder: Path, name: str, cheat: str) -> str:
+    body = textwrap.dedent(PLUGIN).replace("{prefix}", "evil")
+    (folder / f"{name}.py").write_text(
+        body + textwrap.dedent(cheat).replace("{prefix}", "evil"), encoding="utf-8"
+    )
+    return name
+
+
+@pytest.mark.parametrize("cheat", list(CHEATS))
+def test_a_plugin_that_patches_the_judge_or_the_baseline_gets_no_verdict(
+    here: Path, cheat: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = write(here, "evil_kernels", CHEATS[cheat])
+    db = here / "r.sqlite"
+    argv = ["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*", "torch.*"]
+    main(argv)
+    capsys.readouterr()
+    with ResultStore(db, read_only=True) as store:
+        rows = {r.variant_id: r for r in store.results()}
+    # At import: every row of the plugin; from a kernel: that kernel's row on (a
+    # family measured before it, in a process not yet patched, keeps its verdict).
+    prefix = "evil.sly" if "kernel" in cheat else "evil."
+    evil = {vid: r for vid, r in rows.items() if vid.startswith(prefix)}
+    assert evil and not any(r.status is Status.PASS for r in evil.values()), evil
+    tampered = [r for r in evil.values() if r.error_kind is ErrorKind.TAMPER]
+    assert tampered and all(
+        "replaced in the process that measured it" in r.reason for r in tampered
+    )
+    # The shipped baseline's own row ran in a process that never imported the plugin.
+    base = rows["torch.matmul/default"]
+    assert base.status is Status.PASS and not any(name in path for path in base.sources)
+
+
+def test_an_honest_plugin_is_judged_as_before(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = write(here, "honest_kernels", "")
+    db = here / "r.sqlite"
+    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*"])
+    capsys.readouterr()
+    with ResultStore(db, read_only=True) as store:
+        rows = {r.variant_id: r for r in store.results()}
+    assert rows["evil.exact/default"].status is Status.PASS
+    assert rows["evil.zeros/default"].status is Status.FAIL
+    assert any(name in path for path in rows["evil.exact/default"].sources)
+
+
+# ---- the snapshot ----------------------------------------------------------------------
+
+
+def test_a_snapshot_sees_a_replaced_function_and_a_swapped_body() -> None:
+    import types
+
+    module = types.ModuleType("m")
+    exec("def judge(x):\n    return x > 0\nCOUNTER = 0\n", module.__dict__)
+
+    def changed(snapshot: Snapshot) -> list[str]:
+        return snapshot.changed([("m", module)])
+
+    snapshot = Snapshot.take([("m", module)])
+    assert changed(snapshot) == []
+    module.COUNTER = 1  # data, rebound by honest code: not watched
+    assert changed(snapshot) == []
+    honest_code = module.judge.__code__
+    module.judge.__code__ = (lambda x: True).__code__  # the same function, another body
+    assert changed(snapshot) == ["m.judge"]
+    module.judge.__code__ = honest_code
+    assert changed(snapshot) == []
+    module.judge = lambda x: True  # another function
+    assert changed(snapshot) == ["m.judge"]
+
+
+def test_measuring_changes_nothing_the_snapshot_watches() -> None:
+    """No false alarm: a pair measured by matprobe's own code leaves every watched
+    binding as it was."""
+    from matprobe.harness.device import detect
+    from matprobe.harness.measure import PairContext, measure_pair_safely
+    from matprobe.harness.timing import TimingPolicy
+    from matprobe.spec import MatmulSpec
+    from matprobe.variants.catalogue import shipped_registry
+
+    snapshot = Snapshot.take()
+    spec = MatmulSpec.parse(
+        "op=matmul_bias_add | batch=1 | m=1 | n=24 | k=40 | tA=0 | tB=0 | dtype=f16"
+    )
+    variant = shipped_registry().family("torch.matmul").variants()[0]
+    policy = TimingPolicy(min_samples=3, max_samples=4, budget_s=0.01, host_samples=3)
+    result = measure_pair_safely(spec, variant, PairContext(detect("cpu"), policy), variant)
+    assert result.status is Status.PASS, result.reason
+    assert snapshot.changed() == []
