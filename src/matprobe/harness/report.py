@@ -432,7 +432,7 @@ def _row(
         # The ratio is to the baseline timed in this pair's own rounds, which then
         # ran at another speed than in its own row: the ratio and the two medians
         # disagree, and the row says why.
-        tags.append(f"pair-base {pair.baseline_us:.4g} µs")
+        tags.append(f"{PAIR_BASE_TAG} {pair.baseline_us:.4g} µs")
     return Row(result, tuple(tags), device_us, vs_base, vs_prod, gbps, pct, tflops, peer)
 
 
@@ -440,6 +440,8 @@ def _row(
 CLOCKS_DISAGREE_TAG = "clocks-disagree"
 #: Beyond the range the other clocks span, the factor that makes clocks disagree.
 CLOCKS_DISAGREE_FACTOR = 2.0
+#: The tag of a row whose ratio is to a baseline that ran apart from its own row.
+PAIR_BASE_TAG = "pair-base"
 #: How far the baseline in a pair's rounds may run from its own row before it is said.
 PAIR_BASE_GAP = 0.25
 

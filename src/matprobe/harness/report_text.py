@@ -37,6 +37,7 @@ from matprobe.harness.report import (
     _verdict_line,
     scope_line,
 )
+from matprobe.harness.report import PAIR_BASE_TAG as PAIR_BASE
 from matprobe.harness.results import Status
 from matprobe.harness.text_table import (
     REPORT_COLUMNS,
@@ -114,6 +115,15 @@ def render_terminal(report: Report, width: int | None = REPORT_COLUMNS) -> str:
             body.append(table(HEADERS, wide, (NARROW_COLUMNS, narrow)))
             if shared:
                 body.append("  every row: " + " ".join(f"[{t}]" for t in shared))
+            if width is not None:
+                for row in section.rows:
+                    for tag in row.tags:
+                        if tag.startswith(PAIR_BASE):
+                            said = (
+                                f"  {row.result.variant_id}: its vs base is to the baseline "
+                                f"timed in its own rounds, {tag.removeprefix(PAIR_BASE).strip()}"
+                            )
+                            body.extend(wrap(said, width, "", "    "))
         else:
             body.append("  (no supported variant)")
         for line in _failure_lines(section):
@@ -180,7 +190,13 @@ def _narrow_cells(row: Row, shared: Sequence[str]) -> list[str]:
 def _narrow_tags(row: Row, status: str) -> list[str]:
     """The row's tags but its status, and a baseline's [peer]: a baseline is never
     crowned whether or not it is a peer (the wide report keeps both)."""
-    return [t for t in row.tags if t != status and not (t == "peer" and row.is_baseline)]
+    return [
+        t
+        for t in row.tags
+        if t != status
+        and not (t == "peer" and row.is_baseline)
+        and not t.startswith(PAIR_BASE)  # said in a line under the table
+    ]
 
 
 def _counted(summary: list[list[str]]) -> list[list[str]]:
