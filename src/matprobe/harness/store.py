@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -379,6 +380,27 @@ def _connect_and_read(uri: str) -> sqlite3.Connection:
     return conn
 
 
+def _journal_mode_wal(conn: sqlite3.Connection) -> str:
+    """Switch to WAL (a no-op once the file is WAL) and say which mode holds.
+
+    First, outside any transaction, and retried: two openers switching a new
+    file at once both hold a shared lock and want an exclusive one, so SQLite
+    answers one of them "locked" at once or after the busy timeout, whatever
+    that is (CI: two runs that created one store together; half of 40 such
+    pairs failed). The loser's statement has ended and released its lock by
+    then, and the winner's switch is quick: a retry finds the file in WAL."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.01
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
 class ResultStore:
     """Measured results, runs and device facts in one SQLite file.
 
@@ -427,6 +449,8 @@ class ResultStore:
 
     def _initialise(self, conn: sqlite3.Connection) -> None:
         try:
+            conn.execute("PRAGMA busy_timeout = 100")  # the switch retries itself
+            mode = _journal_mode_wal(conn)
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
             # Under the write lock, so that two processes creating the same new
             # store at once neither fail nor create it twice. A file that was
@@ -446,7 +470,6 @@ class ResultStore:
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
         except sqlite3.Error as exc:
             raise StoreError(_describe(self.path, exc, "opening")) from None
         if mode != "wal":
