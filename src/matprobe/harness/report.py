@@ -51,6 +51,9 @@ class Row:
     tflops: float | None
     #: the family is a peer's code (vendor library, torch.compile): shown, never crowned
     peer: bool = False
+    #: the baseline's median in this pair's own rounds, where it ran > PAIR_BASE_GAP
+    #: apart from the baseline's own row (the ratio is to it; tagged so)
+    pair_base_us: float | None = None
 
     @property
     def ratio(self) -> Ratio | None:
@@ -428,20 +431,27 @@ def _row(
     if one_clock and clocks_disagree(result):
         tags.append(CLOCKS_DISAGREE_TAG)
     pair = result.clocks.vs_baseline
+    pair_base_us = None
     if pair and base_us and abs(pair.baseline_us / base_us - 1.0) > PAIR_BASE_GAP:
         # The ratio is to the baseline timed in this pair's own rounds, which then
         # ran at another speed than in its own row: the ratio and the two medians
         # disagree, and the row says why.
-        tags.append(f"{PAIR_BASE_TAG} {pair.baseline_us:.4g} µs")
-    return Row(result, tuple(tags), device_us, vs_base, vs_prod, gbps, pct, tflops, peer)
+        pair_base_us = pair.baseline_us
+        tags.append(pair_base_tag(pair_base_us))
+    return Row(
+        result, tuple(tags), device_us, vs_base, vs_prod, gbps, pct, tflops, peer, pair_base_us
+    )
+
+
+def pair_base_tag(baseline_us: float) -> str:
+    """The tag of a row whose ratio is to a baseline that ran apart from its own row."""
+    return f"pair-base {baseline_us:.4g} µs"
 
 
 #: The tag of a row whose clocks time one call differently (:func:`clocks_disagree`).
 CLOCKS_DISAGREE_TAG = "clocks-disagree"
 #: Beyond the range the other clocks span, the factor that makes clocks disagree.
 CLOCKS_DISAGREE_FACTOR = 2.0
-#: The tag of a row whose ratio is to a baseline that ran apart from its own row.
-PAIR_BASE_TAG = "pair-base"
 #: How far the baseline in a pair's rounds may run from its own row before it is said.
 PAIR_BASE_GAP = 0.25
 

@@ -35,9 +35,9 @@ from matprobe.harness.report import (
     _summary_rows,
     _unsupported_line,
     _verdict_line,
+    pair_base_tag,
     scope_line,
 )
-from matprobe.harness.report import PAIR_BASE_TAG as PAIR_BASE
 from matprobe.harness.results import Status
 from matprobe.harness.text_table import (
     REPORT_COLUMNS,
@@ -117,13 +117,12 @@ def render_terminal(report: Report, width: int | None = REPORT_COLUMNS) -> str:
                 body.append("  every row: " + " ".join(f"[{t}]" for t in shared))
             if width is not None:
                 for row in section.rows:
-                    for tag in row.tags:
-                        if tag.startswith(PAIR_BASE):
-                            said = (
-                                f"  {row.result.variant_id}: its vs base is to the baseline "
-                                f"timed in its own rounds, {tag.removeprefix(PAIR_BASE).strip()}"
-                            )
-                            body.extend(wrap(said, width, "", "    "))
+                    if row.pair_base_us is not None:
+                        said = (
+                            f"  {row.result.variant_id}: its vs base is to the baseline timed "
+                            f"in its own rounds, {row.pair_base_us:.4g} µs"
+                        )
+                        body.extend(wrap(said, width, "", "    "))
         else:
             body.append("  (no supported variant)")
         for line in _failure_lines(section):
@@ -195,7 +194,7 @@ def _narrow_tags(row: Row, status: str) -> list[str]:
         for t in row.tags
         if t != status
         and not (t == "peer" and row.is_baseline)
-        and not t.startswith(PAIR_BASE)  # said in a line under the table
+        and not (row.pair_base_us is not None and t == pair_base_tag(row.pair_base_us))
     ]
 
 
