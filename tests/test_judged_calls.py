@@ -203,6 +203,62 @@ def test_a_row_says_how_many_timed_outputs_were_judged() -> None:
     assert type(result).from_dict(result.to_dict()).clocks.judged == timed
 
 
+# ---- the timed replays' outputs, kept and judged after the rounds -------------------------
+
+
+def _replays(
+    key: str, replays: int, wrong: tuple[int, int] | None = None, guard_in: int | None = None
+) -> str | None:
+    """``replays`` timed replays of an exact kernel on a bench of 2 sets × 3 calls,
+    each kept by a :class:`TimedJudge` as the rounds keep it; the kernel is wrong on
+    call ``wrong[1]`` of replay ``wrong[0]`` (0-based), or writes the guard after its
+    output in replay ``guard_in``. What the judge says after the rounds."""
+    from matprobe.harness.bench import TimedJudge, make_bench
+    from matprobe.harness.inputs import make_input_sets
+
+    s = spec(key, "f32")
+    sets = make_input_sets(s, 1234, 2, "cpu")
+    bench = make_bench(s, sets, 6)
+    outputs = bench.outputs()
+    judge = TimedJudge(bench, outputs, None)
+    for replay in range(replays):
+        bench.fresh_step(outputs)()  # fresh x and outputs, as every recording starts
+        for call, out in enumerate(outputs.views):
+            bench.producer_step(call)()
+            out.copy_(fake_variants.exact(sets[call % 2]))
+            if (replay, call) == wrong:
+                out.view(-1)[-1] += 1.0
+        if replay == guard_in:
+            end = outputs.views[-1].reshape(-1)
+            outputs.buffer[outputs.buffer.numel() - outputs.guard] = end[0]
+        judge.keep()
+    return judge.problem()
+
+
+@pytest.mark.parametrize("kept_bytes", [1, 3000, 1 << 26])  # every replay, every few, none
+@pytest.mark.parametrize("key", SPECS)
+def test_every_timed_replay_kept_is_judged_and_named(
+    key: str, kept_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept outputs are judged after the rounds (or, past the byte cap, in batches
+    between replays): one wrong element in one call of one late replay fails, and
+    the message names that replay and call whichever batch held it."""
+    from matprobe.harness import bench
+
+    monkeypatch.setattr(bench, "KEPT_BYTES", kept_bytes)
+    assert _replays(key, 9) is None
+    for replay, call in ((0, 0), (4, 5), (8, 3)):
+        found = _replays(key, 9, wrong=(replay, call))
+        assert found is not None and found.startswith(
+            f"timed replay {replay + 1}: call {call + 1}/6:"
+        )
+
+
+def test_a_guard_written_in_one_timed_replay_is_seen_after_the_rounds() -> None:
+    found = _replays(SPECS[0], 7, guard_in=3)
+    assert found is not None and "wrote outside its output" in found, found
+
+
 # ---- the run's seed: from the OS, stored, replayable --------------------------------------
 
 
@@ -272,6 +328,34 @@ def test_checksums_see_a_swap_that_a_plain_sum_would_not() -> None:
     before = checksums([t])
     t[[2, 7]] = t[[7, 2]]
     assert not torch.equal(checksums([t]), before)
+
+
+@pytest.mark.parametrize("batch", [7, 1000, 1 << 24])  # slices of one tensor, few, all at once
+def test_checksums_batched_are_each_tensors_own_and_see_one_changed_bit(
+    batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tensors of one size are summed stacked, a large one a slice at a time: each
+    checksum is still that tensor's own (the per-tensor formula), whatever its
+    neighbours, and one flipped bit in one of many like-sized sets changes its own
+    checksum only."""
+    from matprobe.harness import inputs
+
+    monkeypatch.setattr(inputs, "CHECKSUM_BATCH", batch)
+    gen = torch.Generator().manual_seed(5)
+    sets = [torch.rand(3, 5, 7, generator=gen).half() for _ in range(40)]
+    odd = [torch.rand(2, 3, generator=gen), torch.rand(4, 9, generator=gen).bfloat16().t()]
+    tensors = sets[:20] + odd + sets[20:]
+    ints = {2: torch.int16, 4: torch.int32}
+
+    def own(t: Any) -> Any:
+        bits = t.reshape(-1).view(ints[t.element_size()]).to(torch.int64)
+        return (bits * (torch.arange(bits.numel()) % 65521 + 1)).sum()
+
+    before = inputs.checksums(tensors)
+    assert torch.equal(before, torch.stack([own(t) for t in tensors]))
+    sets[33].view(torch.int16).view(-1)[50] ^= 1
+    changed = (inputs.checksums(tensors) != before).nonzero().flatten().tolist()
+    assert changed == [next(i for i, t in enumerate(tensors) if t is sets[33])]
 
 
 # ---- fingerprints of the code that ran, not of what a family says about itself ---------------

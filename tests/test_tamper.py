@@ -39,7 +39,7 @@ CHEATS = {
         """,
     "replaces the judge at import": """
         from matprobe.harness import validate
-        validate.first_problem = lambda judged: None
+        validate.describe_first = lambda *args: None
         """,
     "swaps a judging function's body at import": """
         from matprobe.harness import validate
@@ -55,7 +55,7 @@ CHEATS = {
             def run(inputs, out):
                 if not _armed:
                     from matprobe.harness import validate
-                    validate.first_problem = lambda judged: None
+                    validate.describe_first = lambda *args: None
                     _armed.append(1)
                 out.zero_()
             return run
@@ -70,7 +70,7 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     in this (the planning) process is put back afterwards."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    for owner, name in ((torch, "matmul"), (torch, "addmm"), (validate, "first_problem")):
+    for owner, name in ((torch, "matmul"), (torch, "addmm"), (validate, "describe_first")):
         monkeypatch.setattr(owner, name, getattr(owner, name))
     code = validate.first_failure.__code__
     before = set(sys.modules)

@@ -17,9 +17,10 @@ and into every output it will write; then, call by call, the producer copies
 that call's ``x`` into its input set's ``a`` and the kernel runs. So no call
 repeats a problem (a kernel cannot memoise, by pointer or by a few values, nor
 bake an answer into its captured graph), no output holds anything a kernel
-could test to learn whether it is judged, and after each timed replay every
-call's output is compared with the float64 answer to the problem that call was
-given (:meth:`Bench.judge`): the verdict covers the calls that were timed. The
+could test to learn whether it is judged, and every call of every timed replay
+is compared with the float64 answer to the problem that call was given (kept
+aside after each replay, judged after the rounds: :class:`TimedJudge`): the
+verdict covers the calls that were timed. The
 producer-only recording writes the same fills, so they cancel in the
 subtraction.
 
@@ -46,12 +47,17 @@ from matprobe.harness.inputs import (
 from matprobe.harness.sampling import Contender, Recorder, Step
 from matprobe.harness.seeds import fresh_seed
 from matprobe.harness.timing import TimingPolicy, calls_per_sample, rotation_count
-from matprobe.harness.validate import Judged, Verdicts, first_problem, spec_tolerance
+from matprobe.harness.validate import Verdicts, describe_first, spec_tolerance
 from matprobe.spec import MatmulSpec
 
 #: Most input-set bytes the benches of one process keep; the newest always stays.
 #: A spec's sets take ~3 × L2 (150 MB on an H100), or one set where that is larger.
 BENCH_CACHE_BYTES = 1 << 30
+
+#: Most bytes of timed replays' outputs a :class:`TimedJudge` keeps before judging
+#: them: past this it judges what it holds between two replays (a spec with large
+#: outputs); below it, once after the rounds.
+KEPT_BYTES = 64 << 20
 
 #: Most input sets an MPS sample rotates over (eager calls, one per set): past
 #: this the host's encoding, not the GPU, sets the pace of a sample.
@@ -188,8 +194,22 @@ class Bench:
         problem that call was given — the weights of its set and its row of
         ``x_log`` — and the guards; None when all pass. ``activation_quant``: the
         family's declaration (its rounding applied to x: ``validate.declared_x``)."""
-        found = first_problem([self.judge_later(outputs, calls, activation_quant)])
-        return None if found is None else found[1]
+        count = len(outputs.views) if calls is None else calls
+        verdicts = self.verdicts(outputs.block[:count], self.x_log[:count], activation_quant)
+        found = describe_first([verdicts], outputs.changed_guards().any())
+        if found is None:
+            return None
+        if found[0] == 1:
+            return outputs.breach() or "a guard changed"
+        return f"call {found[1] + 1}/{count}: {found[2]}"
+
+    def verdicts(self, outs: Any, x: Any, activation_quant: str | None) -> Verdicts:
+        """The verdicts on calls that wrote ``outs`` given ``x`` (``[calls, …]`` each;
+        call ``i`` used set ``i mod S``), computed where they lie and left there."""
+        answers, scales, rounded = self.call_answers().answers(x, activation_quant)
+        assert self.spec.k is not None
+        tolerances = spec_tolerance(self.spec)
+        return Verdicts(outs, answers, scales, self.spec.k, *tolerances, rounded=rounded)
 
     def call_answers(self) -> CallAnswers:
         """The sets' float64 operands, converted on first use after each (re)draw."""
@@ -197,19 +217,62 @@ class Bench:
             self._shared["answers"] = CallAnswers(self.sets, self.where)
         return self._shared["answers"]
 
-    def judge_later(
-        self, outputs: GuardedOutputs, calls: int | None = None, activation_quant: str | None = None
-    ) -> Judged:
-        """:meth:`judge`, computed on the device and read later (:func:`first_problem`):
-        the timed rounds judge every replay without waiting for the card."""
-        count = len(outputs.views) if calls is None else calls
-        answers, scales, rounded = self.call_answers().answers(self.x_log[:count], activation_quant)
-        assert self.spec.k is not None
-        tolerances = spec_tolerance(self.spec)
-        verdicts = Verdicts(
-            outputs.block[:count], answers, scales, self.spec.k, *tolerances, rounded=rounded
-        )
-        return Judged(verdicts, outputs.changed_guards(), outputs.breach, count)
+
+class TimedJudge:
+    """Judges every call of every timed replay of one contender on one bench.
+
+    After each replay, :meth:`keep` copies the replay's outputs and its calls'
+    ``x`` aside — two copies on the card, nothing else between timed replays —
+    and :meth:`problem`, after the rounds, judges them all in one pass over the
+    sets' float64 weights. (Judging each replay as it came, ~15 launches and a
+    float64 read of the weights between two timed replays, doubled the spread
+    of a GEMV pair's device clock on an H100 and with it the rounds the stop
+    rule needed: BENCHMARKS.md, "Every timed call judged".) Past
+    :data:`KEPT_BYTES` of kept outputs, what is held is judged at once, between
+    replays, and dropped. The guards are never refilled, so one look after the
+    rounds sees a write into them from any replay."""
+
+    def __init__(self, bench: Bench, outputs: GuardedOutputs, activation_quant: str | None) -> None:
+        self.bench, self.outputs, self.activation_quant = bench, outputs, activation_quant
+        self.calls = len(outputs.views)
+        self._held: list[tuple[Any, Any]] = []  # (outputs, x) of replays not yet judged
+        self._held_bytes = 0
+        self._verdicts: list[tuple[int, Verdicts]] = []  # (first replay, its verdicts)
+        self._replays = 0
+
+    def keep(self) -> None:
+        """Copies aside the outputs of the replay just made, and the ``x`` of its calls."""
+        block = self.outputs.block
+        self._held.append((block.clone(), self.bench.x_log[: self.calls].clone()))
+        self._held_bytes += block.numel() * block.element_size()
+        self._replays += 1
+        if self._held_bytes > KEPT_BYTES:
+            self._judge_held()
+
+    def _judge_held(self) -> None:
+        import torch
+
+        if not self._held:
+            return
+        first = self._replays - len(self._held)
+        outs = torch.cat([held[0] for held in self._held])
+        x = torch.cat([held[1] for held in self._held])
+        self._held, self._held_bytes = [], 0
+        self._verdicts.append((first, self.bench.verdicts(outs, x, self.activation_quant)))
+
+    def problem(self) -> str | None:
+        """The first failing call of the replays kept (``timed replay R: call C/N: …``)
+        or a written guard, else None; one transfer for the verdicts."""
+        self._judge_held()
+        guards = self.outputs.changed_guards()
+        found = describe_first([v for _, v in self._verdicts], guards.any())
+        if found is None:
+            return None
+        index, row, what = found
+        if index == len(self._verdicts):
+            return self.outputs.breach() or "a guard changed"
+        replay = self._verdicts[index][0] + row // self.calls
+        return f"timed replay {replay + 1}: call {row % self.calls + 1}/{self.calls}: {what}"
 
 
 def make_bench(

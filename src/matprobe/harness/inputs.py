@@ -550,20 +550,48 @@ def _bit_sums(inputs: MatmulInputs) -> torch.Tensor | None:
     )
 
 
+#: Elements a checksum batch stacks at once (as int64: 128 MB): the hundreds of
+#: small sets a bench rotates over are summed a few launches a batch, not a few
+#: launches a tensor (1300 attention sets took 0.13 s a pass on an H100, four
+#: passes a pair: BENCHMARKS.md "Every timed call judged").
+CHECKSUM_BATCH = 1 << 24
+
+
 def checksums(tensors: Sequence[Any]) -> Any:
     """One int64 checksum per tensor, computed where it lives: its bits as integers,
     each times a weight from its position (so swapped or offsetting writes change it
     too), summed with wrap-around. A write into a tensor no kernel should write —
-    an input set's weights, say — changes its checksum."""
+    an input set's weights, say — changes its checksum. Tensors of one size and
+    element width are stacked and summed together, a batch at a time."""
     import torch
 
+    if not tensors:
+        return torch.zeros(0, dtype=torch.int64)
     ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    sums = []
-    for tensor in tensors:
-        bits = tensor.detach().reshape(-1).view(ints[tensor.element_size()]).to(torch.int64)
-        weights = torch.arange(bits.numel(), device=bits.device, dtype=torch.int64) % 65521 + 1
-        sums.append((bits * weights).sum())
-    return torch.stack(sums) if sums else torch.zeros(0, dtype=torch.int64)
+    where = tensors[0].device
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, tensor in enumerate(tensors):
+        groups.setdefault((tensor.element_size(), tensor.numel()), []).append(index)
+    sums = torch.empty(len(tensors), dtype=torch.int64, device=where)
+    for (size, numel), indices in groups.items():
+        if numel > CHECKSUM_BATCH:  # one large tensor (an LM head), a slice at a time
+            for i in indices:
+                flat = tensors[i].detach().reshape(-1).view(ints[size])
+                total = torch.zeros((), dtype=torch.int64, device=where)
+                for start in range(0, numel, CHECKSUM_BATCH):
+                    part = flat[start : start + CHECKSUM_BATCH].to(torch.int64)
+                    at = torch.arange(start, start + part.numel(), device=where)
+                    total += (part * (at % 65521 + 1)).sum()
+                sums[i] = total
+            continue
+        weights = torch.arange(numel, device=where, dtype=torch.int64) % 65521 + 1
+        step = max(1, CHECKSUM_BATCH // max(1, numel))
+        for start in range(0, len(indices), step):
+            batch = indices[start : start + step]
+            rows = torch.stack([tensors[i].detach().reshape(-1) for i in batch])
+            bits = rows.view(ints[size]).to(torch.int64)
+            sums[torch.tensor(batch, device=where)] = (bits * weights).sum(dim=1)
+    return sums
 
 
 #: Memory the seeded cases of one process may hold (their inputs: a reference is

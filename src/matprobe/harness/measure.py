@@ -17,7 +17,7 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from typing import Any
 
-from matprobe.harness.bench import Bench, baseline_on, bench_for, make_bench
+from matprobe.harness.bench import Bench, TimedJudge, baseline_on, bench_for, make_bench
 from matprobe.harness.checks import check_chain, check_replay, runs_chain
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.fingerprint import loaded_sources
@@ -276,7 +276,7 @@ def _time(
         outputs = on.outputs()
         entry = Contender(name, kernel, outputs)
         entry.recording = recorder.record(on.steps(kernel, outputs), policy.warmup)
-        entry.judge = lambda: on.judge_later(outputs, activation_quant=declared)
+        entry.judge = lambda: TimedJudge(on, outputs, declared)
         return entry
 
     def replay_problem(entry: Contender, declared: str | None = None) -> str | None:

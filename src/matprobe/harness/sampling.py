@@ -202,6 +202,15 @@ class CudaRecorder:
         torch.cuda.synchronize()
 
 
+class ReplayJudge(Protocol):
+    """Judges a contender's timed replays: :meth:`keep` after each (what it does
+    runs between two timed replays, so little), :meth:`problem` after the rounds."""
+
+    def keep(self) -> None: ...
+
+    def problem(self) -> str | None: ...
+
+
 @dataclass
 class Contender:
     """One kernel in the rounds: its per-call outputs, its recording, and how a
@@ -212,11 +221,10 @@ class Contender:
     outputs: Any  # GuardedOutputs
     recording: Any = None
     samples: list[float] = field(default_factory=list)
-    #: judges the outputs of the replay just made (a ``validate.Judged``, read later)
-    judge: Callable[[], Any] | None = None
-    #: outputs of timed replays judged, their judgements, and the first problem found
+    #: makes the judge of one :func:`interleave`'s timed replays (None: not judged)
+    judge: Callable[[], ReplayJudge] | None = None
+    #: outputs of timed replays judged, and the first problem found in them
     judged: int = 0
-    judgements: list[Any] = field(default_factory=list)
     problem: str | None = None
 
 
@@ -262,18 +270,13 @@ def interleave(
     """Replay the producer-only, candidate and baseline recordings in rounds (their
     order rotating each round) until the stop rule; per-call device times with the
     producer subtracted, and per-round candidate/baseline ratios. After each timed
-    replay of a contender with a ``judge``, every output of that replay is judged —
-    on the device, without waiting for it; the verdicts are read once, after the
-    rounds (the time spent judging is not counted against the policy's budget).
-    (Judging at the end of each round instead, each contender's ``x`` kept apart,
-    spread the GEMV pairs' samples more on an H100: 52 rounds a pair on average
-    against 36, BENCHMARKS.md.)"""
-    from matprobe.harness.validate import first_problem
-
+    replay of a contender with a ``judge``, the judge keeps that replay's outputs;
+    after the rounds it judges every call of every replay kept (the time spent
+    keeping and judging is not counted against the policy's budget)."""
     contenders = [candidate] + ([baseline] if baseline is not None else [])
     for contender in contenders:  # a baseline recording serves many candidates' rounds
         contender.samples, contender.judged, contender.problem = [], 0, None
-        contender.judgements = []
+    judges = {c.name: c.judge() for c in contenders if c.judge is not None}
     names = ["producer", *(c.name for c in contenders)]
     by_name = {c.name: c for c in contenders}
     recordings = {"producer": producer, **{c.name: c.recording for c in contenders}}
@@ -287,22 +290,18 @@ def interleave(
         for name in order:
             recorder.replay(recordings[name])  # the warm replay (see the module doc)
             times[name] = recorder.time_us(recordings[name])
-            judged = by_name.get(name)
-            if judged is not None and judged.judge is not None:
+            if name in judges:
                 judging = time.perf_counter()
-                judged.judgements.append(judged.judge())
-                judged.judged += calls
+                judges[name].keep()
+                by_name[name].judged += calls
                 started += time.perf_counter() - judging
         for contender in contenders:
             contender.samples.append(max(times[contender.name] - times["producer"], 0.0) / calls)
         if baseline is not None:
             base = baseline.samples[-1]
             ratios.append(candidate.samples[-1] / base if base > 0 else math.inf)
-    for contender in contenders:
-        found = first_problem(contender.judgements)
-        if found is not None:
-            contender.problem = f"timed replay {found[0] + 1}: {found[1]}"
-        contender.judgements = []
+    for name, judge in judges.items():
+        by_name[name].problem = judge.problem()
     base_stats = ClockStats.from_samples(baseline.samples, calls) if baseline is not None else None
     return Rounds(
         ClockStats.from_samples(candidate.samples, calls),

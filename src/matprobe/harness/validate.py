@@ -299,9 +299,8 @@ def first_failure(
 
 class Verdicts:
     """The verdicts on many calls (as :func:`compare_many` takes them), computed where
-    the reference lives and left there: a timed replay is judged after every round
-    without waiting for the card; :meth:`describe` reads them (:func:`first_problem`:
-    many replays' at once)."""
+    the reference lives and left there; :meth:`describe` reads them
+    (:func:`describe_first`: many at once)."""
 
     def __init__(
         self,
@@ -332,39 +331,19 @@ class Verdicts:
         return index, problem
 
 
-@dataclass
-class Judged:
-    """One judged replay: its calls' verdicts and the guards around its outputs, both
-    still where they were computed; :func:`first_problem` reads many at once."""
-
-    verdicts: Verdicts
-    #: which guard elements changed (bool tensor), and what :meth:`problem` says of them
-    guards: Any
-    breach: Callable[[], str | None]
-    calls: int
-
-    def flag(self) -> Any:
-        return self.verdicts.bad.any() | self.guards.any()
-
-    def problem(self) -> str | None:
-        found = self.verdicts.describe()
-        if found is not None:
-            return f"call {found[0] + 1}/{self.calls}: {found[1]}"
-        return self.breach()
-
-
-def first_problem(judged: Sequence[Judged]) -> tuple[int, str] | None:
-    """(index, what is wrong) of the first judged replay with a failing call or a
-    written guard, else None — one transfer for them all."""
-    if not judged:
-        return None
+def describe_first(verdicts: Sequence[Verdicts], also: Any) -> tuple[int, int, str] | None:
+    """(which of ``verdicts``, its failing row, what is wrong) for the first with a
+    failing call; ``(len(verdicts), 0, "")`` when none fails but ``also`` (a bool
+    tensor) is set; else None — one transfer for them all."""
     import torch
 
-    flags = torch.stack([one.flag() for one in judged]).tolist()
-    for index, bad in enumerate(flags):
+    flags = torch.stack([v.bad.any() for v in verdicts] + [also.reshape(())]).tolist()
+    for index, bad in enumerate(flags[:-1]):
         if bad:
-            return index, judged[index].problem() or "a check failed"
-    return None
+            found = verdicts[index].describe()
+            assert found is not None
+            return index, found[0], found[1]
+    return (len(verdicts), 0, "") if flags[-1] else None
 
 
 def _comparison(row: list[float], shape: tuple[int, ...]) -> Comparison:
