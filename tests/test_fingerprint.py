@@ -374,3 +374,28 @@ def test_a_fresh_store_plans_new_pairs_without_detail(tmp_path: Path) -> None:
         plan = make_plan([SPEC], PLANNED.variants()[:2], CPU, POLICY, store)
     assert [p.reason for p in plan.pairs] == [NEW, NEW]
     assert plan.summary() == "2 pairs: 2 to run, 0 cached, 0 unsupported"
+
+
+H100 = DeviceInfo(
+    kind="cuda",
+    name="NVIDIA H100 80GB HBM3",
+    index=1,
+    capability=(9, 0),
+    sm_count=132,
+    l2_bytes=50 << 20,
+    memory_bytes=80 << 30,
+    driver="580.159.04",
+    versions={"torch": "2.11.0", "triton": "3.6.0"},
+)
+
+
+@pytest.mark.parametrize("device", [DeviceInfo(kind="cpu", name="test-cpu"), H100])
+def test_a_device_survives_its_dict_form_and_keeps_its_fingerprint(device: DeviceInfo) -> None:
+    """As a store, a report and a worker's pipe carry it: JSON turns the capability
+    into a list and adds the fingerprint; both come back as they were."""
+    import json
+
+    data = json.loads(json.dumps(device.to_dict()))
+    again = DeviceInfo.from_dict({**data, "added_later": 1})
+    assert again == device and again.fingerprint == data["fingerprint"]
+    assert DeviceInfo.from_dict({}).name == "unknown device"

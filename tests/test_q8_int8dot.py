@@ -24,6 +24,7 @@ from matprobe.errors import MatprobeError  # noqa: E402
 from matprobe.harness.device import DeviceInfo  # noqa: E402
 from matprobe.harness.inputs import (  # noqa: E402
     MatmulInputs,
+    declared_x,
     empty_output,
     make_inputs,
     reference_scale,
@@ -34,7 +35,6 @@ from matprobe.harness.timing import TimingPolicy  # noqa: E402
 from matprobe.harness.validate import (  # noqa: E402
     ACTIVATION_QUANTS,
     compare,
-    declared_x,
     few_outputs_norm,
     spec_tolerance,
     tolerance,

@@ -433,6 +433,59 @@ def test_a_mode_right_only_while_validated_fails_its_timed_replays() -> None:
     assert row.reason.startswith("timed replay ") and not row.samples_us
 
 
+def test_every_timed_replay_gets_a_rope_position_of_its_own() -> None:
+    """The RoPE tables the step reads change with every timed replay (outside the
+    clock) and are put back after the rounds; each replay is judged at its own
+    position (an honest mode passes only if the reference used that position)."""
+    b = bench(table=round_once_linear)
+    tables: list[tuple[float, ...]] = []
+    lm_head = b.specs["lm_head"]
+    validation = tuple(b.weights.cos.tolist())
+
+    def watching(spec: MatmulSpec, x: Any, w: Any, bias: Any) -> Any:
+        if spec == lm_head:
+            tables.append(tuple(b.weights.cos.tolist()))
+        return round_once_linear(spec, x, w, bias)
+
+    b.linears["table"] = watching
+    result = run_modes(b, "eager+table", rounds=4)
+    row = result.get("eager+table")
+    assert row is not None and row.status == "PASS", row.reason
+    timed = tables[-row.judged :]
+    assert len(set(timed)) == len(timed) and validation not in timed
+    assert tuple(b.weights.cos.tolist()) == validation
+
+
+def test_a_step_that_baked_in_its_rope_tables_fails_its_timed_replays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step (or a fused kernel) that read the RoPE tables once, when it was built,
+    answers validation's position and no other."""
+    from matprobe.token.step import DecodeStep
+
+    rope = DecodeStep._rope
+    baked: dict[int, tuple[Any, Any]] = {}
+
+    def baked_rope(self: DecodeStep, x: Any) -> Any:
+        w = self.weights
+        cos, sin = baked.setdefault(id(self), (w.cos.clone(), w.sin.clone()))
+        live = (w.cos.clone(), w.sin.clone())
+        w.cos.copy_(cos)
+        w.sin.copy_(sin)
+        try:
+            return rope(self, x)
+        finally:
+            w.cos.copy_(live[0])
+            w.sin.copy_(live[1])
+
+    b = bench(table=round_once_linear)
+    monkeypatch.setattr(DecodeStep, "_rope", baked_rope)
+    result = run_modes(b, "eager+table", rounds=3)
+    for row in (result.baseline, result.get("eager+table")):
+        assert row is not None and row.status == "FAIL", row.reason
+        assert row.reason.startswith("timed replay ") and "(position " in row.reason
+
+
 # ---- modes, rounds, shares -----------------------------------------------------
 
 

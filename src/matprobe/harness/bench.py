@@ -193,7 +193,7 @@ class Bench:
         """Every call's output (the first ``calls``) against the float64 answer to the
         problem that call was given — the weights of its set and its row of
         ``x_log`` — and the guards; None when all pass. ``activation_quant``: the
-        family's declaration (its rounding applied to x: ``validate.declared_x``)."""
+        family's declaration (its rounding applied to x: ``inputs.declared_x``)."""
         count = len(outputs.views) if calls is None else calls
         verdicts = self.verdicts(outputs.block[:count], self.x_log[:count], activation_quant)
         found = describe_first([verdicts], outputs.changed_guards().any())

@@ -26,12 +26,13 @@ from matprobe.harness.inputs import (
     GuardedOutputs,
     MatmulInputs,
     Operands64,
+    declared_x,
     make_input_sets,
     shapes,
     torch_float64,
 )
 from matprobe.harness.seeds import fresh_seed
-from matprobe.harness.validate import declared_x, first_failure, spec_tolerance
+from matprobe.harness.validate import first_failure, spec_tolerance
 from matprobe.spec import MatmulSpec
 
 #: Dependent calls in a chain, and replays of it (each replay filled afresh).
@@ -49,7 +50,7 @@ def check_replay(
 ) -> str | None:
     """Refill the bench's sets (values the recording was never made on), replay
     once, judge every call's output and the guards; ``activation_quant``: the
-    family's declaration (see ``validate.declared_x``)."""
+    family's declaration (see ``inputs.declared_x``)."""
     bench.refill()
     recorder.sync()
     recorder.replay(recording)

@@ -18,7 +18,8 @@ import hashlib
 import importlib.util
 import platform
 import subprocess
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from matprobe.errors import MatprobeError
@@ -63,6 +64,19 @@ class DeviceInfo:
         data = asdict(self)
         data["fingerprint"] = self.fingerprint
         return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeviceInfo:
+        """A device from its :meth:`to_dict` form, as a store, a report or a worker's
+        pipe carries it (unknown keys ignored, missing ones defaulted)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        if values.get("capability") is not None:
+            values["capability"] = tuple(values["capability"])
+        values.setdefault("kind", "?")
+        values.setdefault("name", "unknown device")
+        values["versions"] = {str(k): str(v) for k, v in (values.get("versions") or {}).items()}
+        return cls(**values)
 
 
 def _versions() -> dict[str, str]:

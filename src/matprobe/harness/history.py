@@ -15,10 +15,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from matprobe.errors import MatprobeError
+from matprobe.harness.device import DeviceInfo
 from matprobe.harness.report import _md_table, ratio_cell
 from matprobe.harness.results import ClockStats, Ratio
 from matprobe.harness.store import ResultStore
-from matprobe.harness.stored_report import device_from_dict, load_report
+from matprobe.harness.stored_report import load_report
 from matprobe.harness.text_table import plain_table
 from matprobe.safetext import md_safe, term_safe
 from matprobe.spec import MatmulSpec
@@ -68,7 +69,7 @@ def list_runs(store: ResultStore) -> list[RunSummary]:
     for run in store.runs():
         mine = counts.get(run.id, {})
         record = store.run_report(run.id)
-        device = device_from_dict(run.environment.get("device") or {})
+        device = DeviceInfo.from_dict(run.environment.get("device") or {})
         if record is not None and isinstance(record.get("policy"), dict):
             policies: tuple[str, ...] = (str(record["policy"].get("fingerprint", "?")),)
         else:

@@ -405,6 +405,18 @@ def _stack(sets: Sequence[MatmulInputs]) -> MatmulInputs:
     return stacked
 
 
+def declared_x(a: Any, activation_quant: str | None) -> Any:
+    """``a`` (float64 x, last axis k) as a kernel computes with it that declares
+    ``activation_quant`` (a key of ``validate.ACTIVATION_QUANTS``; None: unchanged)."""
+    if activation_quant is None:
+        return a
+    if activation_quant == "int8_block32":
+        from matprobe.quant import quantize_x_int8_block32
+
+        return quantize_x_int8_block32(a)
+    raise ValueError(f"unknown activation quantization {activation_quant!r}")
+
+
 class CallAnswers:
     """The float64 answers to the calls of a timed replay: call ``i`` uses the weights
     of set ``i mod S`` and an ``x`` of its own, row ``i`` of ``x_log`` (written fresh by
@@ -445,8 +457,6 @@ class CallAnswers:
         kernel that declares ``activation_quant`` computes with it; ``rounded``: Q8_0's
         references from fp16-rounded weights (:meth:`Operands64.rounded_answer`), else
         None."""
-        from matprobe.harness.validate import declared_x
-
         x = x_log.detach().to(self.where, torch_float64())
         x = x.view(-1, self.count, *x.shape[1:])
         if self.ta:

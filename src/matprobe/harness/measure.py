@@ -21,7 +21,14 @@ from matprobe.harness.bench import Bench, TimedJudge, baseline_on, bench_for, ma
 from matprobe.harness.checks import check_chain, check_replay, runs_chain
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.fingerprint import loaded_sources
-from matprobe.harness.inputs import GuardedOutputs, fresh_copy, fresh_x, seeded_case, x64
+from matprobe.harness.inputs import (
+    GuardedOutputs,
+    declared_x,
+    fresh_copy,
+    fresh_x,
+    seeded_case,
+    x64,
+)
 from matprobe.harness.results import Clocks, ErrorKind, PairResult, Status
 from matprobe.harness.sampling import Contender, Recorder, interleave, ratio_of, recorder_for
 from matprobe.harness.seeds import derived, fresh_seed, use_run_seed
@@ -32,7 +39,7 @@ from matprobe.harness.timing import (
     time_host,
     time_kernels_profiler,
 )
-from matprobe.harness.validate import Validation, declared_x, validate
+from matprobe.harness.validate import Validation, validate
 from matprobe.harness.variants import KernelFn, Variant
 from matprobe.spec import MatmulSpec
 

@@ -48,7 +48,6 @@ from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.measure import PairContext, error_result
 from matprobe.harness.results import ErrorKind, PairResult
-from matprobe.harness.stored_report import device_from_dict
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.worker import (
     OnResult,
@@ -140,7 +139,7 @@ def connect(address: str, kind: str | None = None) -> RayCluster:
         ) from None
     except ray.exceptions.RayError as exc:
         raise MatprobeError(f"--ray {address}: a cluster worker failed ({_line(exc)})") from None
-    return RayCluster(address, device_from_dict(described), max(capacity, 1))
+    return RayCluster(address, DeviceInfo.from_dict(described), max(capacity, 1))
 
 
 def _check_reachable(address: str) -> None:

@@ -122,7 +122,7 @@ def report_from_json(data: Mapping[str, Any]) -> Report:
         report = assemble_report(
             parts,
             run_id=int(data["run_id"]),
-            device=device_from_dict(data["device"]),
+            device=DeviceInfo.from_dict(data["device"]),
             policy=policy_from_dict(policy, str(policy.get("fingerprint", ""))),
             plan_summary=str(data.get("plan", "")),
             seconds=float(data.get("seconds") or 0.0),
@@ -147,18 +147,6 @@ def run_seconds(run: RunRecord) -> float:
     except ValueError:
         return 0.0
     return max(0.0, (end - start).total_seconds())
-
-
-def device_from_dict(data: Mapping[str, Any]) -> DeviceInfo:
-    """A :class:`DeviceInfo` from its ``to_dict`` form (unknown keys ignored)."""
-    known = {f.name for f in fields(DeviceInfo)}
-    values = {k: v for k, v in data.items() if k in known}
-    if values.get("capability") is not None:
-        values["capability"] = tuple(values["capability"])
-    values.setdefault("kind", "?")
-    values.setdefault("name", "unknown device")
-    values["versions"] = {str(k): str(v) for k, v in (values.get("versions") or {}).items()}
-    return DeviceInfo(**values)
 
 
 def policy_from_dict(data: Mapping[str, Any], fingerprint: str) -> RecordedPolicy:
@@ -188,7 +176,7 @@ def _from_record(
         report = assemble_report(
             parts,
             run_id=run.id,
-            device=device_from_dict(record["device"]),
+            device=DeviceInfo.from_dict(record["device"]),
             policy=policy_from_dict(policy, str(policy.get("fingerprint", ""))),
             plan_summary=str(record.get("plan", "")),
             seconds=float(record.get("seconds") or 0.0),
@@ -231,7 +219,7 @@ def _from_results(
     report = assemble_report(
         parts,
         run_id=run.id,
-        device=device_from_dict(env.get("device") or {}),
+        device=DeviceInfo.from_dict(env.get("device") or {}),
         policy=RecordedPolicy(
             recorded_fingerprint=policies.most_common(1)[0][0] if policies else "?"
         ),

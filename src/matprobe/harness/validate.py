@@ -115,7 +115,7 @@ ELEMENT_ACCUMULATION = 8.0
 SWIGLU_ELEMENT_ROUNDINGS = 3
 SWIGLU_NORM_ROUNDINGS = 1
 #: Activation quantizations a family may declare (``VariantFamily.activation_quant``):
-#: the reference applies exactly that rounding to x (:func:`declared_x`)
+#: the reference applies exactly that rounding to x (``inputs.declared_x``)
 ACTIVATION_QUANTS: dict[str, str] = {
     "int8_block32": "x quantized to int8 per 32-element block (d = max|x|/127 in fp32, "
     "half away from zero), as llama.cpp's mmvq",
@@ -161,18 +161,6 @@ def tolerance(
         (NORM_ROUNDINGS + norm_extra) * u + NORM_ACCUMULATION * accumulation,
         (ELEMENT_ROUNDINGS + addends + element_extra) * u + ELEMENT_ACCUMULATION * accumulation,
     )
-
-
-def declared_x(a: Any, activation_quant: str | None) -> Any:
-    """``a`` (float64 x, last axis k) as a kernel computes with it that declares
-    ``activation_quant`` (a key of :data:`ACTIVATION_QUANTS`; None: unchanged)."""
-    if activation_quant is None:
-        return a
-    if activation_quant == "int8_block32":
-        from matprobe.quant import quantize_x_int8_block32
-
-        return quantize_x_int8_block32(a)
-    raise ValueError(f"unknown activation quantization {activation_quant!r}")
 
 
 #: Output dtypes that Triton's interpreter casts to by truncation (numpy has no

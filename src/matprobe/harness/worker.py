@@ -114,11 +114,6 @@ def load_registry(factory: str = SHIPPED_FACTORY, plugins: Sequence[str] = ()) -
 # --- the worker process -------------------------------------------------------------
 
 
-def _device_from(data: dict[str, Any]) -> DeviceInfo:
-    capability = data.get("capability")
-    return DeviceInfo(**{**data, "capability": tuple(capability) if capability else None})
-
-
 def _worker_main(
     conn: Connection,
     factory: str,
@@ -149,7 +144,7 @@ def _worker_main(
         # A plugin found in the parent's current directory is found here too
         # (registry_with_plugins puts the working directory on sys.path).
         registry = load_registry(factory, plugins)
-        info = _device_from(device)
+        info = DeviceInfo.from_dict(device)
         if info.kind == "cuda" and info.index:
             # Pinned to its card (one worker per card with --gpus): the measuring code
             # names cuda:<index>, and this makes Triton launches, streams and CUDA

@@ -46,7 +46,7 @@ from matprobe.token.validate import (
     relative_to_baseline,
     worst,
 )
-from matprobe.token.weights import embeddings, make_weights
+from matprobe.token.weights import MAX_POSITION, embeddings, make_weights, place
 
 #: ``compiler(step, mode)``: the step compiled in a torch.compile mode.
 Compiler = Callable[[TokenCall, str], TokenCall]
@@ -201,10 +201,11 @@ class TokenResult:
 
 
 class _ReplayJudge:
-    """Every timed replay of one mode on a fresh input embedding (written before the
-    replay, outside the clock), its logits kept and judged against float64 after
-    the rounds: a table kernel that memoises, or computes only on the validation
-    trials' inputs, fails on the replays it is timed on."""
+    """Every timed replay of one mode on a fresh input — an embedding and a RoPE
+    position, written before the replay, outside the clock — its logits kept and
+    judged against float64 after the rounds: a table kernel that memoises, or
+    computes only on the validation trials' inputs, fails on the replays it is
+    timed on, and so does a step that baked the validation's RoPE tables in."""
 
     def __init__(self, owner: TokenBench, mode: Mode) -> None:
         from matprobe.harness.seeds import fresh_seed
@@ -212,32 +213,40 @@ class _ReplayJudge:
         self.owner = owner
         self.mode = mode
         self.seed = fresh_seed()  # values no earlier draw of this process made
-        self.inputs: dict[int, torch.Tensor] = {}
-        self.outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.inputs: dict[int, tuple[torch.Tensor, int]] = {}
+        self.outputs: list[tuple[torch.Tensor, int, torch.Tensor]] = []
         self.last: torch.Tensor | None = None
 
     def fresh(self, index: int) -> None:
         w = self.owner.weights
-        (x0,) = embeddings(
-            self.owner.config, 1, dtype=self.owner.dtype, device=w.x0.device, seed=self.seed + index
-        )
+        seed = self.seed + index
+        (x0,) = embeddings(self.owner.config, 1, dtype=self.owner.dtype, device=w.x0.device,
+                           seed=seed)  # fmt: skip
+        draw = torch.Generator().manual_seed(seed)
+        position = int(torch.randint(0, MAX_POSITION, (1,), generator=draw))
         w.x0.copy_(x0)
-        self.inputs[index] = x0
+        self.owner.place(position)
+        self.inputs[index] = (x0, position)
 
     def keep(self, index: int) -> None:
         if self.last is None:
             raise MatprobeError(f"{self.mode.name}: a timed replay returned no logits")
-        self.outputs.append((self.inputs.pop(index), self.last.detach().clone()))
+        x0, position = self.inputs.pop(index)
+        self.outputs.append((x0, position, self.last.detach().clone()))
         self.last = None
 
     def verdict(self, tolerance: Tolerance) -> tuple[int, str | None]:
-        """(replays judged, why the worst failed or None); the validation input is
-        put back."""
-        self.owner.weights.x0.copy_(self.owner.inputs[0])
-        for number, (x0, logits) in enumerate(self.outputs, start=1):
-            failure = tolerance.failure(logit_error(logits, self.owner.reference(x0)))
+        """(replays judged, why the worst failed or None); the validation input and
+        position are put back."""
+        owner = self.owner
+        owner.weights.x0.copy_(owner.inputs[0])
+        owner.place(owner.context - 1)
+        for number, (x0, position, logits) in enumerate(self.outputs, start=1):
+            failure = tolerance.failure(logit_error(logits, owner.reference(x0, position)))
             if failure:
-                return number, f"timed replay {number} of {len(self.outputs)}: {failure}"
+                return number, (
+                    f"timed replay {number} of {len(self.outputs)} (position {position}): {failure}"
+                )
         return len(self.outputs), None
 
 
@@ -336,10 +345,21 @@ class TokenBench:
         self._exact_step = DecodeStep(self.config, self._exact, self.specs, context=self.context)
         return [self.reference(x0) for x0 in self.inputs]
 
-    def reference(self, x0: torch.Tensor) -> torch.Tensor:
-        """float64 logits (on the CPU) of the step on the input embedding ``x0``."""
+    def reference(self, x0: torch.Tensor, position: int | None = None) -> torch.Tensor:
+        """float64 logits (on the CPU) of the step on the input embedding ``x0`` at RoPE
+        ``position`` (None: the bench's, ``context - 1``)."""
         self._exact.x0.copy_(x0)
-        return self._exact_step.forward(torch_linear).to("cpu")
+        if position is None:
+            return self._exact_step.forward(torch_linear).to("cpu")
+        place(self._exact, self.config.head_dim, position, self.step.dtype)
+        try:
+            return self._exact_step.forward(torch_linear).to("cpu")
+        finally:
+            place(self._exact, self.config.head_dim, self.context - 1, self.step.dtype)
+
+    def place(self, position: int) -> None:
+        """The step's RoPE tables for ``position`` (``context - 1`` puts them back)."""
+        place(self.weights, self.config.head_dim, position, self.step.dtype)
 
     def _validate(self, call: TokenCall) -> LogitError:
         errors = []

@@ -43,6 +43,10 @@ TOKEN_DTYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0")
 #: values, so one base serves every config.
 ROPE_THETA = 1_000_000.0
 
+#: Positions a timed token replay's RoPE angle is drawn from (Qwen2.5's
+#: ``max_position_embeddings``).
+MAX_POSITION = 32768
+
 #: Bias range of the QKV projection (Qwen2's q/k/v biases are of this order
 #: relative to outputs of RMS 1).
 BIAS_SCALE = 0.1
@@ -187,6 +191,18 @@ def rope_tables(head_dim: int, position: int) -> tuple[torch.Tensor, torch.Tenso
     angles = position * inv_freq
     angles = torch.cat([angles, angles])
     return torch.cos(angles), torch.sin(angles)
+
+
+def place(weights: TokenWeights, head_dim: int, position: int, dtype: torch.dtype) -> None:
+    """The new token's RoPE tables for ``position``, rounded to the token's activation
+    ``dtype`` (as :func:`make_weights` rounds them; a float64 reference step holds
+    them upcast) and written in place: a recorded graph reads them at replay. The
+    KV slot the step writes stays ``context - 1``: the attention reads every
+    position, so which slot holds the new token changes no arithmetic — the angle
+    does."""
+    cos, sin = rope_tables(head_dim, position)
+    weights.cos.copy_(cos.to(dtype).to(weights.cos.dtype))
+    weights.sin.copy_(sin.to(dtype).to(weights.sin.dtype))
 
 
 def embeddings(
