@@ -25,6 +25,7 @@ from test_report_verdicts import (
     NUMPY,
     OURS,
     profiled,
+    ratio,
     report_of,
     result,
     variant_of,
@@ -105,6 +106,63 @@ def test_the_cpu_jobs_report_fits_100_columns() -> None:
     text = render_terminal(cpu_job_report())
     too_wide = [line for line in text.splitlines() if len(line) > 100]
     assert not too_wide, too_wide
+
+
+#: The longest ids of the default job on an H100 (2026-11-27): tables of 107 and a
+#: summary of 122 columns before cells could break.
+SPLITK = "triton.gemv_splitk/modeatomic_last_split0_bn32_bk256_w8"
+ATTENTION_SCORES = ATTENTION.replace("n=90 | k=64", "n=86 | k=64")
+
+
+def gpu_job_report() -> Report:
+    cases = []
+    for key in (GEMV.replace("n=896 | k=896", "n=896 | k=4864"), ATTENTION_SCORES):
+        spec = profiled(key, count=2280)
+        rows = [result(spec, BASE, 8.0)]
+        for i, family in enumerate((SPLITK.split("/")[0], "triton.attn_bmv")):
+            r = result(spec, family, 5.0 + i, ratio=ratio(0.61 + i / 10, 0.6, 0.8, 8.0))
+            variant = SPLITK if i == 0 else f"{family}/bn16_bk1024_w4_pdl0"
+            rows.append(dataclasses.replace(r, variant_id=variant))
+        cases.append((spec, rows))
+    return report_of(cases)
+
+
+def test_the_gpu_jobs_report_fits_100_columns_and_keeps_every_id_whole() -> None:
+    """A variant id or a shape too long for its column continues on the next line,
+    indented, broken only after ``/``, ``_`` or a space: nothing is cut."""
+    text = render_terminal(gpu_job_report())
+    lines = text.splitlines()
+    assert not [line for line in lines if len(line) > 100]
+    assert SPLITK not in text  # it had to break …
+    first = next(i for i, line in enumerate(lines) if "triton.gemv_splitk/" in line)
+    joined = lines[first].split()[0] + lines[first + 1].strip()
+    assert joined == SPLITK  # … and reads whole across its two lines
+    assert render_terminal(gpu_job_report(), width=None).count(SPLITK) >= 2  # --wide: one line
+
+
+@pytest.mark.parametrize("width", [40, 48, 60])  # the narrowest: 12-wide broken cells
+def test_a_breakable_column_continues_its_cells_under_them(width: int) -> None:
+    columns = [Column("id", breaks="/_"), Column("figure"), Column("prose", breaks=" ")]
+    rows = [["family.name/param_one_param_two", "1.25", "said in a few words"], ["s", "2.5", "ok"]]
+    lines = render_table(columns, rows, width).text.splitlines()
+    assert all(len(line) <= width for line in lines), lines
+    first = next(i for i, line in enumerate(lines) if "1.25" in line)
+    second = next(i for i, line in enumerate(lines) if "2.5" in line and "1.25" not in line)
+    own = lines[first:second]  # the row's first line, then its continued cells
+    assert all(line.startswith("    ") for line in own[1:])  # indented under the cell
+    figure_at, prose_at = lines[0].index("figure"), lines[0].index("prose")
+    ids = [line[2:figure_at].strip() for line in own]
+    assert "".join(ids) == "family.name/param_one_param_two"
+    assert all(piece.endswith(("/", "_")) for piece in ids[:-1] if piece)  # after / or _ only
+    prose = " ".join(line[prose_at:].strip() for line in own)
+    assert prose.split() == ["said", "in", "a", "few", "words"]
+
+
+def test_a_cell_with_no_break_point_stays_whole_and_keeps_the_table_wider() -> None:
+    columns = [Column("id", breaks="/_"), Column("figure")]
+    lines = render_table(columns, [["unbreakableidentifier" * 2, "1.25"]], 30).text.splitlines()
+    assert "unbreakableidentifier" * 2 in lines[1] and "1.25" in lines[1]
+    assert len(lines) == 2
 
 
 def test_what_holds_nothing_or_little_is_left_out_and_said() -> None:

@@ -112,8 +112,19 @@ def words(text: str) -> str:
 
 
 def summary_row(text: str, needle: str) -> str:
-    summary = text[text.index("Summary") : text.index("Impact")]
-    return next(line for line in summary.splitlines() if needle in line)
+    """The summary's row for ``needle``: its line, and the cells it continues on the
+    lines under it (a cell too wide for 100 columns breaks there), column by column."""
+    lines = text[text.index("Summary") : text.index("Impact")].splitlines()
+    first = next(i for i, line in enumerate(lines) if needle in line)
+    own = [lines[first]]
+    for line in lines[first + 1 :]:
+        if not line.startswith("    "):
+            break
+        own.append(line)
+    starts = [0, *(m.end() for m in re.finditer(r"\S  +(?=\S)", own[0]))]
+    ends = [*starts[1:], None]
+    cells = [[line[a:b].strip() for line in own] for a, b in zip(starts, ends, strict=True)]
+    return "  ".join(" ".join(piece for piece in cell if piece) for cell in cells)
 
 
 # ---- peers -------------------------------------------------------------------------
@@ -339,7 +350,7 @@ def test_a_winner_with_a_huge_spread_is_called_noisy() -> None:
     tags = {row.result.family: row.tags for row in section.rows}
     assert "noisy" in tags[OURS] and "noisy" not in tags[BASE]
     line = summary_row(render_terminal(report), "matmul 1×896×896")
-    assert "1.27× [1.11–1.43] NOISY: spread > 50% of the median" in line
+    assert "1.27× [1.11–1.43] NOISY: spread > 50% of the median" in words(line)
 
 
 # ---- clocks that disagree, and the baseline a ratio was taken against ----------------------

@@ -50,8 +50,8 @@ from matprobe.harness.text_table import (
 
 #: A variant's row in a narrow table; drop ranks: lowest is left out first.
 NARROW_COLUMNS = (
-    Column("variant"),
-    Column("verdict"),
+    Column("variant", breaks="/_"),
+    Column("verdict", breaks=" "),
     Column("device µs"),
     Column("spread", 7),  # (p90 − p10) / median, what the stop rule watches
     Column("n", 6),
@@ -60,29 +60,31 @@ NARROW_COLUMNS = (
     Column("GB/s", 1),
     Column("%read", 9),
     Column("TFLOP/s", 2),
-    Column("vs base"),
+    Column("vs base", breaks=" "),
     Column("vs prod", 3),  # another device's figure, on its spec's line too
     Column("norm err", 8),
     Column("max rel", 0),
 )
+#: Narrowed first where the table is too wide: the verdict counts ("33 pass," and
+#: "83 unsup" on two lines); then the widest of the rest.
 SUMMARY_COLUMNS = (
-    Column("shape"),
+    Column("shape", breaks=" ", break_rank=1),
     Column("count", 1),
-    Column("best variant"),
+    Column("best variant", breaks="/_", break_rank=1),
     Column("best µs", 4),
     Column("baseline µs", 5),
-    Column("speed-up"),
+    Column("speed-up", breaks=" ", break_rank=1),
     Column("best peer", 3),
     Column("peer µs", 2),
-    Column("verdicts"),
+    Column("verdicts", breaks=","),
 )
 IMPACT_COLUMNS = (
-    Column("shape"),
+    Column("shape", breaks=" "),
     Column("count", 1),
     Column("calls/token", 3),
     Column("baseline µs", 4),
     Column("best µs", 5),
-    Column("best variant"),
+    Column("best variant", breaks="/_"),
     Column("saved µs/call", 6),
     Column("saved ms/run", 2),
     Column("saved µs/token"),

@@ -5,8 +5,11 @@ rows (unreadable) or cut cells (a variant id or a figure cut short is wrong),
 a table that is too wide leaves out whole columns: first those that hold
 nothing (every cell ``-``), then the optional ones in the order their
 :class:`Column` gives, until the rows fit. The caller says which were left out
-(``--wide`` shows them all). Columns without a drop rank are never left out:
-a table whose required columns are wider than the terminal stays wider.
+(``--wide`` shows them all). Columns without a drop rank are never left out;
+where those are still too wide, a column that says where its cells may break
+(a variant id after ``/`` or ``_``, prose after a space) is narrowed, in the
+order the columns give, its cells continued on lines of their own, indented,
+under the cell — never cut. Only a cell with no break point left can keep a table wider.
 
 Every cell passes :func:`term_safe` before its width is taken: text from a
 profile can neither drive the terminal nor misalign the table.
@@ -14,6 +17,7 @@ profile can neither drive the terminal nor misalign the table.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +35,16 @@ class Column:
     header: str
     #: None: always shown; else left out when the table is too wide, lowest first
     drop_rank: int | None = None
+    #: characters after which a cell may be continued on the next line when the
+    #: table is still too wide (empty: never broken); columns are narrowed lowest
+    #: ``break_rank`` first, the widest first among equals
+    breaks: str = ""
+    break_rank: int = 0
+
+
+#: The narrowest a breakable column is made, and the indent of a continued cell.
+MIN_BROKEN_WIDTH = 12
+CONTINUED = "  "
 
 
 @dataclass(frozen=True)
@@ -64,7 +78,46 @@ def render_table(
             dropped = optional.pop(0)
             keep.remove(dropped)
             left_out.append(columns[dropped].header)
-    return FittedTable(_lines(columns, cells, keep, indent), tuple(left_out))
+    pieces = [[[cell] for cell in row] for row in cells]
+    if width is not None:
+        _narrow(columns, pieces, keep, width - len(indent) - 2 * (len(keep) - 1))
+    return FittedTable(_lines(columns, pieces, keep, indent), tuple(left_out))
+
+
+def _narrow(
+    columns: Sequence[Column], pieces: list[list[list[str]]], keep: Sequence[int], room: int
+) -> None:
+    """Breaks the cells of breakable columns (widest first) until the kept columns'
+    widths sum to ``room`` or nothing more can break; in place."""
+
+    def width_of(i: int) -> int:
+        return max([len(columns[i].header), *(len(p) for row in pieces for p in row[i])])
+
+    breakable = [i for i in keep if columns[i].breaks]
+    for i in sorted(breakable, key=lambda i: (columns[i].break_rank, -width_of(i))):
+        excess = sum(width_of(j) for j in keep) - room
+        if excess <= 0:
+            return
+        limit = max(MIN_BROKEN_WIDTH, len(columns[i].header), width_of(i) - excess)
+        for row in pieces:
+            row[i] = _broken(row[i][0], limit, columns[i].breaks)
+
+
+def _broken(cell: str, limit: int, breaks: str) -> list[str]:
+    """``cell`` in pieces of at most ``limit`` characters, each ending at one of
+    ``breaks`` (the pieces after the first indented by :data:`CONTINUED`); a run with
+    no break point stays whole."""
+    if len(cell) <= limit:
+        return [cell]
+    runs = re.findall(f"[^{re.escape(breaks)}]*[{re.escape(breaks)}]|[^{re.escape(breaks)}]+$",
+                      cell)  # fmt: skip
+    lines = [""]
+    for run in runs:
+        room = limit - (len(CONTINUED) if len(lines) > 1 else 0)
+        if lines[-1] and len(lines[-1]) + len(run.rstrip()) > room:
+            lines.append("")
+        lines[-1] += run
+    return [lines[0].rstrip()] + [CONTINUED + line.strip() for line in lines[1:]]
 
 
 def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "  ") -> str:
@@ -89,10 +142,17 @@ def _width(
 
 
 def _lines(
-    columns: Sequence[Column], cells: Sequence[Sequence[str]], keep: Sequence[int], indent: str
-) -> str:
-    widths = _widths(columns, cells, keep)
-    table = [[columns[i].header for i in keep], *([row[i] for i in keep] for row in cells)]
+    columns: Sequence[Column], pieces: Sequence[Sequence[list[str]]], keep: Sequence[int],
+    indent: str,
+) -> str:  # fmt: skip
+    """The header and the rows; a row whose cells were broken takes a line per piece."""
+    widths = [
+        max([len(columns[i].header), *(len(p) for row in pieces for p in row[i])]) for i in keep
+    ]
+    table = [[columns[i].header for i in keep]]
+    for row in pieces:
+        depth = max(len(row[i]) for i in keep)
+        table += [[row[i][d] if d < len(row[i]) else "" for i in keep] for d in range(depth)]
     return "\n".join(
         (indent + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True))).rstrip()
         for line in table
