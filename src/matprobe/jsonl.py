@@ -40,24 +40,24 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
     _loads = json.loads
     _DECODE_ERRORS = (json.JSONDecodeError, ValueError)
 
-#: Event types of the metallic schema. Others are counted and reported.
-KNOWN_EVENT_TYPES = frozenset(
-    {
-        "GpuOpCompleted",
-        "InternalKernelCompleted",
-        "GpuKernelDispatched",
-        "KernelBackendSelected",
-        "ResourceCacheAccess",
-        "ResourceCacheSummary",
-        "CacheEviction",
-        "GgufFileMmap",
-        "ModelWeights",
-        "ForwardStep",
-        "TensorMemory",
-        "HostMemory",
-        "TensorPreparationStats",
-    }
+#: Event types of the metallic schema (DESIGN.md §3.2), in the schema's order; the
+#: synthetic generator (``matprobe.synth``) emits each. Others are counted and reported.
+EVENT_TYPES: tuple[str, ...] = (
+    "GpuOpCompleted",
+    "InternalKernelCompleted",
+    "GpuKernelDispatched",
+    "KernelBackendSelected",
+    "ResourceCacheAccess",
+    "ResourceCacheSummary",
+    "CacheEviction",
+    "GgufFileMmap",
+    "ModelWeights",
+    "ForwardStep",
+    "TensorMemory",
+    "HostMemory",
+    "TensorPreparationStats",
 )
+KNOWN_EVENT_TYPES = frozenset(EVENT_TYPES)
 
 #: Fields an event of a known type must carry for the analysis to use it.
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {

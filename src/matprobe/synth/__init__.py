@@ -19,9 +19,9 @@ come from a second generator and do not move the clock, so removing them from
 a broken file gives exactly the clean file of the same seed.
 """
 
+from matprobe.jsonl import EVENT_TYPES  # the schema's types: each appears in a default run
 from matprobe.synth.model import (
     BAD_CATEGORIES,
-    EVENT_TYPES,
     SECTIONS,
     SynthConfig,
     SynthError,

@@ -15,23 +15,6 @@ class SynthError(MatprobeError, ValueError):
     """Options the generator cannot honour (negative counts and the like)."""
 
 
-#: Every event type of DESIGN.md §3.2; each appears in a default-config run.
-EVENT_TYPES: Final[tuple[str, ...]] = (
-    "GpuOpCompleted",
-    "InternalKernelCompleted",
-    "GpuKernelDispatched",
-    "KernelBackendSelected",
-    "ResourceCacheAccess",
-    "ResourceCacheSummary",
-    "CacheEviction",
-    "GgufFileMmap",
-    "ModelWeights",
-    "ForwardStep",
-    "TensorMemory",
-    "HostMemory",
-    "TensorPreparationStats",
-)
-
 #: Section names of :attr:`Truth.groups` (all present, possibly empty).
 SECTIONS: Final[tuple[str, ...]] = (
     "event_types",
