@@ -17,9 +17,9 @@ import datetime as dt
 import fnmatch
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo, detect
@@ -45,6 +45,10 @@ from matprobe.harness.stored_report import save_report
 from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
 from matprobe.harness.variants import SHIPPED_FACTORY, Registry, Variant
 from matprobe.spec import MatmulSpec
+
+if TYPE_CHECKING:
+    from matprobe.harness.pool import DeviceSlot
+    from matprobe.harness.ray_pool import RayCluster
 
 CPU_NOTE = (
     "CPU run: times are wall-clock on this CPU; Triton variants run in the interpreter and "
@@ -295,110 +299,48 @@ class RunSession:
             plan, _ = one_spec_per_interpreted_family(plan)
         return plan, device
 
-    def run(
-        self, specs: Sequence[MatmulSpec], *, source: str = "", tokens: int | None = None
-    ) -> RunResult:
-        """Validate and time every selected variant on ``specs`` (reusing the store's
-        results), store what is new and build the report. ``source`` names where the
-        specs come from; ``tokens`` is the profiled run's token count, if known."""
+    def _target(self) -> _Target:
+        """Where the run measures: a Ray cluster, every card of ``--gpus``, or one device
+        (a one-line error, before anything runs, when it cannot)."""
         options = self.options
-        if not specs:
-            raise MatprobeError("no specs to run")
-        slots = None
-        cluster = None
         if options.ray is not None:
             if options.gpus is not None:
                 raise MatprobeError("--ray and --gpus: choose one")
             from matprobe.harness.ray_pool import connect
 
-            cluster = connect(options.ray, options.device)  # a one-line error if it fails
-            device = cluster.device
-        elif options.gpus is not None:
+            cluster = connect(options.ray, options.device)
+            return _Target(cluster.device, cluster=cluster)
+        if options.gpus is not None:
             if options.device not in (None, "cuda"):
                 raise MatprobeError(
                     f"--gpus measures on CUDA cards; not with --device {options.device}"
                 )
             from matprobe.harness.pool import cuda_slots
 
-            slots = cuda_slots(options.gpus)  # a one-line error before anything runs
-            device = slots[0].device
-        else:
-            device = detect(options.device)
+            slots = cuda_slots(options.gpus)
+            return _Target(slots[0].device, slots=slots)
+        return _Target(detect(options.device))
+
+    def run(
+        self, specs: Sequence[MatmulSpec], *, source: str = "", tokens: int | None = None
+    ) -> RunResult:
+        """Validate and time every selected variant on ``specs`` (reusing the store's
+        results), store what is new and build the report. ``source`` names where the
+        specs come from; ``tokens`` is the profiled run's token count, if known."""
+        if not specs:
+            raise MatprobeError("no specs to run")
+        target = self._target()
+        device = target.device
         variants, notes = self._variants_for(device)
         policy = self._policy()
         baselines = {
             op: self.manifest.baseline_for(op, self.registry) for op in {s.kind for s in specs}
         }
-        with ResultStore(options.db or default_store_path()) as store:
-            environment: dict[str, Any] = {
-                "device": device.to_dict(),
-                "source": source,
-                "seed": policy.seed,  # `run --seed` with it replays this run's values
-            }
-            if self.plugins:
-                environment["plugins"] = list(self.plugins)
-            local_cuda = device.kind == "cuda" and cluster is None
-            # Every card's clock state (one card: the one measured on), by label.
-            cards = (
-                {slot.label: slot.device.index for slot in slots}
-                if slots
-                else {f"cuda:{device.index}": device.index}
+        db = self.options.db or default_store_path()
+        with ResultStore(db) as store:
+            plan, outcome, peaks = self._measure(
+                store, target, specs, variants, notes, policy, baselines, source
             )
-            clocks_before = (
-                {label: gpu_clock_state(index) for label, index in cards.items()}
-                if local_cuda
-                else {}
-            )
-            environment["gpu_clocks_before"] = clocks_before
-            # On this host's cards each worker measures its card's peaks as it starts
-            # (all cards at once, while the others start), not this process first.
-            peaks = None
-            if cluster is not None:
-                environment["ray"] = cluster.address
-                peaks = measure_peaks(device, store, cluster.measure_peaks)
-                environment["peaks"] = peaks  # stored with the run they are the ceilings of
-            run_id = store.start_run(options.command, environment)
-            plan = make_plan(specs, variants, device, policy, store, force=options.force)
-            if self._quick_cpu(device):
-                plan, aside = one_spec_per_interpreted_family(plan)
-                if aside:
-                    notes.append(
-                        f"CPU: each Triton family validated in the interpreter on one spec "
-                        f"(its cheapest); {aside} pairs on other specs not validated "
-                        "(--every-point validates every spec and grid point)"
-                    )
-            print(
-                f"matprobe: {source}: {len(specs)} specs × {len(variants)} variants on "
-                f"{device.name} ({device.kind}); {plan.summary()}",
-                file=self.stream,
-            )
-            progress = run_progress(len(plan.of(PairState.RUN)), self.stream)
-            outcome = execute(
-                plan,
-                store,
-                device,
-                policy,
-                run_id=run_id,
-                factory=options.factory,
-                plugins=self.plugins,
-                timeout_s=options.timeout_s,
-                progress=progress,
-                baselines={
-                    op: baseline_variant(target, self.registry) for op, target in baselines.items()
-                },
-                slots=slots,
-                ray=cluster,
-            )
-            if local_cuda:
-                first = next(iter(cards))
-                peaks = outcome.card_peaks.get(first)
-                if peaks is None and not outcome.interrupted:
-                    peaks = measure_peaks(device, store)  # no worker started: all cached
-                elif peaks is not None:
-                    record_peaks(device, store, peaks)
-                if peaks is not None:
-                    store.add_to_run(run_id, {"peaks": peaks})
-            store.finish_run(run_id, "interrupted" if outcome.interrupted else "done")
         peers = {family.name for family in self.registry.families() if family.peer}
         report = build_report(
             plan,
@@ -411,8 +353,98 @@ class RunSession:
             source=source,
             peers=peers,
         )
-        if local_cuda:
-            for label, before in clocks_before.items():
+        self._add_notes(report, target, plan, outcome, notes)
+        # The report as it was (cached pairs, production figures, unsupported reasons)
+        # for `matprobe report/compare/history/dispatch` later.
+        save_report(db, report)
+        return RunResult(report, plan, outcome)
+
+    def _measure(
+        self,
+        store: ResultStore,
+        target: _Target,
+        specs: Sequence[MatmulSpec],
+        variants: list[Variant],
+        notes: list[str],
+        policy: TimingPolicy,
+        baselines: dict[str, str | None],
+        source: str,
+    ) -> tuple[Plan, RunOutcome, dict[str, Any] | None]:
+        """Records the run in ``store``, plans it and runs the plan: (plan, outcome,
+        the card's peaks). Appends to ``notes`` what the CPU's quick plan left out."""
+        options, device, cluster = self.options, target.device, target.cluster
+        environment: dict[str, Any] = {
+            "device": device.to_dict(),
+            "source": source,
+            "seed": policy.seed,  # `run --seed` with it replays this run's values
+        }
+        if self.plugins:
+            environment["plugins"] = list(self.plugins)
+        target.clocks_before = (
+            {label: gpu_clock_state(index) for label, index in target.cards.items()}
+            if target.local_cuda
+            else {}
+        )
+        environment["gpu_clocks_before"] = target.clocks_before
+        # On this host's cards each worker measures its card's peaks as it starts
+        # (all cards at once, while the others start), not this process first.
+        peaks = None
+        if cluster is not None:
+            environment["ray"] = cluster.address
+            peaks = measure_peaks(device, store, cluster.measure_peaks)
+            environment["peaks"] = peaks  # stored with the run they are the ceilings of
+        run_id = store.start_run(options.command, environment)
+        plan = make_plan(specs, variants, device, policy, store, force=options.force)
+        if self._quick_cpu(device):
+            plan, aside = one_spec_per_interpreted_family(plan)
+            if aside:
+                notes.append(
+                    f"CPU: each Triton family validated in the interpreter on one spec "
+                    f"(its cheapest); {aside} pairs on other specs not validated "
+                    "(--every-point validates every spec and grid point)"
+                )
+        print(
+            f"matprobe: {source}: {len(specs)} specs × {len(variants)} variants on "
+            f"{device.name} ({device.kind}); {plan.summary()}",
+            file=self.stream,
+        )
+        progress = run_progress(len(plan.of(PairState.RUN)), self.stream)
+        outcome = execute(
+            plan,
+            store,
+            device,
+            policy,
+            run_id=run_id,
+            factory=options.factory,
+            plugins=self.plugins,
+            timeout_s=options.timeout_s,
+            progress=progress,
+            baselines={
+                op: baseline_variant(target_id, self.registry)
+                for op, target_id in baselines.items()
+            },
+            slots=target.slots,
+            ray=cluster,
+        )
+        if target.local_cuda:
+            peaks = outcome.card_peaks.get(next(iter(target.cards)))
+            if peaks is None and not outcome.interrupted:
+                peaks = measure_peaks(device, store)  # no worker started: all cached
+            elif peaks is not None:
+                record_peaks(device, store, peaks)
+            if peaks is not None:
+                store.add_to_run(run_id, {"peaks": peaks})
+        store.finish_run(run_id, "interrupted" if outcome.interrupted else "done")
+        return plan, outcome, peaks
+
+    def _add_notes(
+        self, report: Report, target: _Target, plan: Plan, outcome: RunOutcome, notes: list[str]
+    ) -> None:
+        """The run's notes: each card's clocks, early launch, the cards' share and peaks,
+        the cluster's, and on the CPU what the quick plan left out."""
+        cards, slots = target.cards, target.slots
+        if target.local_cuda:
+            for label, before in target.clocks_before.items():
                 after = gpu_clock_state(cards[label])
                 if note := clock_note(before, after):
                     report.notes.append(f"{label}: {note}" if len(cards) > 1 else note)
@@ -424,15 +456,32 @@ class RunSession:
                 from matprobe.harness.pool import card_peaks_note
 
                 report.notes.append(card_peaks_note(outcome.card_peaks, slots[0].label))
-        if cluster is not None:
-            report.notes.extend(cluster.notes(outcome.elsewhere))
-        if device.kind == "cpu":
+        if target.cluster is not None:
+            report.notes.extend(target.cluster.notes(outcome.elsewhere))
+        if target.device.kind == "cpu":
             report.notes.append(CPU_NOTE)
             report.notes.extend(notes)
-        # The report as it was (cached pairs, production figures, unsupported reasons)
-        # for `matprobe report/compare/history/dispatch` later.
-        save_report(options.db or default_store_path(), report)
-        return RunResult(report, plan, outcome)
+
+
+@dataclass
+class _Target:
+    """Where a run measures, and each local card's clock state before it."""
+
+    device: DeviceInfo
+    slots: list[DeviceSlot] | None = None
+    cluster: RayCluster | None = None
+    clocks_before: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def local_cuda(self) -> bool:
+        return self.device.kind == "cuda" and self.cluster is None
+
+    @property
+    def cards(self) -> dict[str, int]:
+        """Every card's index by label (one card: the one measured on)."""
+        if self.slots:
+            return {slot.label: slot.device.index for slot in self.slots}
+        return {f"cuda:{self.device.index}": self.device.index}
 
 
 def cards_note(outcome: RunOutcome, labels: Sequence[str]) -> str:
