@@ -349,13 +349,9 @@ class TokenBench:
         """float64 logits (on the CPU) of the step on the input embedding ``x0`` at RoPE
         ``position`` (None: the bench's, ``context - 1``)."""
         self._exact.x0.copy_(x0)
-        if position is None:
-            return self._exact_step.forward(torch_linear).to("cpu")
-        place(self._exact, self.config.head_dim, position, self.step.dtype)
-        try:
-            return self._exact_step.forward(torch_linear).to("cpu")
-        finally:
-            place(self._exact, self.config.head_dim, self.context - 1, self.step.dtype)
+        at = self.context - 1 if position is None else position
+        place(self._exact, self.config.head_dim, at, self.step.dtype)
+        return self._exact_step.forward(torch_linear).to("cpu")
 
     def place(self, position: int) -> None:
         """The step's RoPE tables for ``position`` (``context - 1`` puts them back)."""
