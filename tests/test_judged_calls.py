@@ -254,6 +254,45 @@ def test_every_timed_replay_kept_is_judged_and_named(
         )
 
 
+class _ForgetfulJudge:
+    """A judge whose verdicts cover one replay fewer than were kept — as one a
+    kernel emptied (``gc``) would: every verdict it holds passes."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls, self.kept = calls, 0
+
+    def keep(self) -> None:
+        self.kept += 1
+
+    def problem(self) -> str | None:
+        return None
+
+    def judged(self) -> int:
+        return (self.kept - 1) * self.calls
+
+
+def test_rounds_fail_when_the_verdicts_cover_fewer_outputs_than_were_timed() -> None:
+    """The rounds count the replays they kept themselves; a verdict needs all of
+    them judged, whatever the judge's own bookkeeping says."""
+    from matprobe.harness.sampling import Contender, CpuRecorder, interleave
+    from matprobe.harness.timing import TimingPolicy
+
+    recorder = CpuRecorder()
+    calls = 3
+
+    def nothing() -> None:
+        return None
+
+    candidate = Contender("candidate", lambda inputs, out: None, None)
+    candidate.recording = recorder.record([nothing] * calls, 1)
+    candidate.judge = lambda: _ForgetfulJudge(calls)
+    producer = recorder.record([nothing], 1)
+    policy = TimingPolicy(min_samples=4, max_samples=4, budget_s=1.0)
+    rounds = interleave(recorder, producer, candidate, None, calls, policy)
+    assert rounds.problem == "9 of 12 timed outputs judged (a verdict needs every one)"
+    assert rounds.judged == 9
+
+
 def test_a_guard_written_in_one_timed_replay_is_seen_after_the_rounds() -> None:
     found = _replays(SPECS[0], 7, guard_in=3)
     assert found is not None and "wrote outside its output" in found, found

@@ -47,6 +47,19 @@ CHEATS = {
             return None
         validate.first_failure.__code__ = _lenient.__code__
         """,
+    "adds a method to the judge's classes at import": """
+        import torch as _torch
+        from matprobe.harness import validate
+        def _lenient_comparison(self, name):
+            if name == "failure":
+                return lambda *args, **kwargs: None
+            return object.__getattribute__(self, name)
+        def _nothing_bad(self, name):
+            value = object.__getattribute__(self, name)
+            return _torch.zeros_like(value) if name == "bad" else value
+        validate.Comparison.__getattribute__ = _lenient_comparison
+        validate.Verdicts.__getattribute__ = _nothing_bad
+        """,
     "replaces the judge from its kernel": """
         _armed = []
         _zeros = mine_zeros
@@ -64,6 +77,33 @@ CHEATS = {
 }
 
 
+#: A kernel that finds its timed judges (``gc``) and empties what they hold, doing no
+#: work on timed calls: it PASSed, the judges reporting nothing wrong.
+CLEARS_ITS_JUDGES = """
+        import gc
+        _zeros = mine_zeros
+        @variant_family(name="{prefix}.sly", ops=ALL_OPS)
+        def mine_sly(spec, params, device):
+            from matprobe.harness.bench import TimedJudge
+            def run(inputs, out):
+                judges = [o for o in gc.get_objects() if isinstance(o, TimedJudge)]
+                if not judges:  # validation, the replay check: nothing to hide from
+                    out.copy_(exact(inputs))
+                    return
+                for judge in judges:  # timed: forget what was kept, skip the work
+                    for name, value in (("keep", lambda: None), ("problem", lambda: None)):
+                        try:
+                            setattr(judge, name, value)
+                        except AttributeError:
+                            pass
+                    judge._held = 0
+                    judge._verdicts = []
+                out.zero_()
+            return run
+        FAMILIES = (mine_exact, mine_zeros, mine_sly)
+        """
+
+
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A kernel engineer's repo as the current directory; whatever a cheater patches
@@ -73,9 +113,13 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for owner, name in ((torch, "matmul"), (torch, "addmm"), (validate, "describe_first")):
         monkeypatch.setattr(owner, name, getattr(owner, name))
     code = validate.first_failure.__code__
+    judging_classes = {cls: set(vars(cls)) for cls in (validate.Comparison, validate.Verdicts)}
     before = set(sys.modules)
     yield tmp_path
     validate.first_failure.__code__ = code
+    for cls, names in judging_classes.items():  # a method a cheater added
+        for added in set(vars(cls)) - names:
+            delattr(cls, added)
     for name in set(sys.modules) - before:
         if (tmp_path / f"{name}.py").exists():
             del sys.modules[name]
@@ -112,6 +156,23 @@ def test_a_plugin_that_patches_the_judge_or_the_baseline_gets_no_verdict(
     # The shipped baseline's own row ran in a process that never imported the plugin.
     base = rows["torch.matmul/default"]
     assert base.status is Status.PASS and not any(name in path for path in base.sources)
+
+
+def test_a_kernel_that_empties_its_judges_fails_on_the_count(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It cannot give a judge methods of its own (slots), and what it empties
+    between calls leaves the replays kept after its last call to be judged."""
+    name = write(here, "sly_kernels", CLEARS_ITS_JUDGES)
+    db = here / "r.sqlite"
+    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.sly"])
+    capsys.readouterr()
+    with ResultStore(db, read_only=True) as store:
+        (row,) = store.results()
+    # The replay after its last call is kept whole: judged, it fails; an emptied
+    # judge that somehow held none fails on the count (test_judged_calls).
+    assert row.status is Status.FAIL, row.reason
+    assert row.reason.startswith("timed replay ") or "timed outputs judged" in row.reason
 
 
 def test_an_honest_plugin_is_judged_as_before(

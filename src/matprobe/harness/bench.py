@@ -54,10 +54,14 @@ from matprobe.spec import MatmulSpec
 #: A spec's sets take ~3 × L2 (150 MB on an H100), or one set where that is larger.
 BENCH_CACHE_BYTES = 1 << 30
 
-#: Most bytes of timed replays' outputs a :class:`TimedJudge` keeps before judging
-#: them: past this it judges what it holds between two replays (a spec with large
-#: outputs); below it, once after the rounds.
+#: Most bytes of timed replays' outputs and ``x`` a :class:`TimedJudge` keeps before
+#: judging them: past this it judges what it holds between two replays (a spec with
+#: large outputs); below it, once after the rounds.
 KEPT_BYTES = 64 << 20
+
+#: Most timed replays a :class:`TimedJudge` keeps before judging them (the stop rule
+#: rarely runs past this many rounds; one more judging pass when it does).
+MAX_KEPT_REPLAYS = 512
 
 #: Most input sets an MPS sample rotates over (eager calls, one per set): past
 #: this the host's encoding, not the GPU, sets the pace of a sample.
@@ -222,43 +226,79 @@ class TimedJudge:
     """Judges every call of every timed replay of one contender on one bench.
 
     After each replay, :meth:`keep` copies the replay's outputs and its calls'
-    ``x`` aside — two copies on the card, nothing else between timed replays —
-    and :meth:`problem`, after the rounds, judges them all in one pass over the
-    sets' float64 weights. (Judging each replay as it came, ~15 launches and a
-    float64 read of the weights between two timed replays, doubled the spread
-    of a GEMV pair's device clock on an H100 and with it the rounds the stop
-    rule needed: BENCHMARKS.md, "Every timed call judged".) Past
-    :data:`KEPT_BYTES` of kept outputs, what is held is judged at once, between
-    replays, and dropped. The guards are never refilled, so one look after the
-    rounds sees a write into them from any replay."""
+    ``x`` into the next row of two slabs allocated before the rounds — two
+    copies on the card, no allocation, nothing else between timed replays —
+    and :meth:`problem`, after the rounds, judges every row in one pass over
+    the sets' float64 weights. (Judging each replay as it came, ~15 launches
+    and a float64 read of the weights between two timed replays, doubled the
+    spread of a GEMV pair's device clock on an H100 and with it the rounds the
+    stop rule needed: BENCHMARKS.md, "Every timed call judged".) The slabs
+    hold :data:`KEPT_BYTES` (at least one replay); when they are full, what
+    they hold is judged at once, between replays, and the rows are reused.
+    The guards are never refilled, so one look after the rounds sees a write
+    into them from any replay.
+
+    Slots, no instance dictionary: a kernel that finds its judge (``gc``) cannot
+    give it a ``keep`` or ``problem`` of its own; one that empties what the judge
+    holds leaves fewer judged outputs than the rounds kept (:meth:`judged`,
+    counted from the verdicts themselves, which :func:`~matprobe.harness.sampling.interleave`
+    checks against its own count)."""
+
+    __slots__ = (
+        "_block",
+        "_held",
+        "_outs",
+        "_replays",
+        "_verdicts",
+        "_x",
+        "_xs",
+        "activation_quant",
+        "bench",
+        "calls",
+        "outputs",
+    )
 
     def __init__(self, bench: Bench, outputs: GuardedOutputs, activation_quant: str | None) -> None:
+        import torch
+
         self.bench, self.outputs, self.activation_quant = bench, outputs, activation_quant
         self.calls = len(outputs.views)
-        self._held: list[tuple[Any, Any]] = []  # (outputs, x) of replays not yet judged
-        self._held_bytes = 0
+        # What a replay writes, as views made once: keep() runs between timed replays.
+        self._block = block = outputs.block
+        self._x = x = bench.x_log[: self.calls]
+        per_replay = block.numel() * block.element_size() + x.numel() * x.element_size()
+        rows = max(1, min(KEPT_BYTES // per_replay, MAX_KEPT_REPLAYS))
+        self._outs = torch.empty((rows, *block.shape), dtype=block.dtype, device=block.device)
+        self._xs = torch.empty((rows, *x.shape), dtype=x.dtype, device=x.device)
+        self._held = 0  # rows of the slabs not yet judged
         self._verdicts: list[tuple[int, Verdicts]] = []  # (first replay, its verdicts)
         self._replays = 0
 
     def keep(self) -> None:
-        """Copies aside the outputs of the replay just made, and the ``x`` of its calls."""
-        block = self.outputs.block
-        self._held.append((block.clone(), self.bench.x_log[: self.calls].clone()))
-        self._held_bytes += block.numel() * block.element_size()
-        self._replays += 1
-        if self._held_bytes > KEPT_BYTES:
+        """Copies the outputs of the replay just made, and the ``x`` of its calls, into
+        the slabs' next row (judging the slabs first when they are full)."""
+        if self._held == len(self._outs):
             self._judge_held()
+        self._outs[self._held].copy_(self._block)
+        self._xs[self._held].copy_(self._x)
+        self._held += 1
+        self._replays += 1
 
     def _judge_held(self) -> None:
-        import torch
-
         if not self._held:
             return
-        first = self._replays - len(self._held)
-        outs = torch.cat([held[0] for held in self._held])
-        x = torch.cat([held[1] for held in self._held])
-        self._held, self._held_bytes = [], 0
+        outs = self._outs[: self._held].flatten(0, 1)
+        x = self._xs[: self._held].flatten(0, 1)
+        first = self._replays - self._held
+        # The verdicts are computed, in stream order, before any row is written again.
         self._verdicts.append((first, self.bench.verdicts(outs, x, self.activation_quant)))
+        self._held = 0
+
+    def judged(self) -> int:
+        """How many calls' outputs the verdicts cover (every kept replay's, once the
+        held rows are judged), read from the verdicts, not from a counter."""
+        self._judge_held()
+        return sum(int(verdicts.bad.shape[0]) for _, verdicts in self._verdicts)
 
     def problem(self) -> str | None:
         """The first failing call of the replays kept (``timed replay R: call C/N: …``)

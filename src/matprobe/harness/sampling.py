@@ -204,11 +204,14 @@ class CudaRecorder:
 
 class ReplayJudge(Protocol):
     """Judges a contender's timed replays: :meth:`keep` after each (what it does
-    runs between two timed replays, so little), :meth:`problem` after the rounds."""
+    runs between two timed replays, so little), :meth:`problem` after the rounds,
+    and :meth:`judged`: how many calls' outputs its verdicts cover."""
 
     def keep(self) -> None: ...
 
     def problem(self) -> str | None: ...
+
+    def judged(self) -> int: ...
 
 
 @dataclass
@@ -278,11 +281,13 @@ def interleave(
         contender.samples, contender.judged, contender.problem = [], 0, None
     judges = {c.name: c.judge() for c in contenders if c.judge is not None}
     names = ["producer", *(c.name for c in contenders)]
-    by_name = {c.name: c for c in contenders}
     recordings = {"producer": producer, **{c.name: c.recording for c in contenders}}
     ratios: list[float] = []
     started = time.perf_counter()
     index = 0
+    # Replays kept, counted here in locals: what the judges hold is reachable from a
+    # kernel's Python (gc); these counts are not, and the verdicts must cover them.
+    kept_candidate = kept_baseline = 0
     while not _enough(candidate.samples, ratios, started, policy):
         order = names[index % len(names) :] + names[: index % len(names)]
         index += 1
@@ -293,15 +298,20 @@ def interleave(
             if name in judges:
                 judging = time.perf_counter()
                 judges[name].keep()
-                by_name[name].judged += calls
+                if name == candidate.name:
+                    kept_candidate += 1
+                else:
+                    kept_baseline += 1
                 started += time.perf_counter() - judging
         for contender in contenders:
             contender.samples.append(max(times[contender.name] - times["producer"], 0.0) / calls)
         if baseline is not None:
             base = baseline.samples[-1]
             ratios.append(candidate.samples[-1] / base if base > 0 else math.inf)
-    for name, judge in judges.items():
-        by_name[name].problem = judge.problem()
+    kept = ((candidate, kept_candidate), (baseline, kept_baseline))
+    for judged, replays in kept:
+        if judged is not None and judged.name in judges:
+            _judge_rounds(judged, judges[judged.name], replays * calls)
     base_stats = ClockStats.from_samples(baseline.samples, calls) if baseline is not None else None
     return Rounds(
         ClockStats.from_samples(candidate.samples, calls),
@@ -311,6 +321,17 @@ def interleave(
         candidate.judged,
         candidate.problem,
     )
+
+
+def _judge_rounds(contender: Contender, judge: ReplayJudge, timed: int) -> None:
+    """The verdict on a contender's ``timed`` outputs: the first problem, and how
+    many its judge's verdicts cover — all of them, or the rounds fail."""
+    contender.problem = judge.problem()
+    contender.judged = judge.judged()
+    if contender.problem is None and contender.judged != timed:
+        contender.problem = (
+            f"{contender.judged} of {timed} timed outputs judged (a verdict needs every one)"
+        )
 
 
 def ratio_of(rounds: Rounds, baseline_id: str) -> Ratio | None:

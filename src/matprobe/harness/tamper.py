@@ -13,11 +13,13 @@ What is watched: every module of the measurement core
 and quantization modules it judges with, ``torch``, ``torch.Tensor``,
 ``torch.nn.functional``, torch's C function table, and ``numpy`` — each name
 bound there, and for a Python function its code object, defaults and
-closure. What is not: changes below Python (a C extension patching memory), or
-state that is not a binding (a tensor's values — the input checksums watch
-those). This is a tripwire for the plugin that monkeypatches, not isolation;
-the families of other plugins and matprobe's own run in processes that never
-import it.
+closure; the methods of the classes matprobe's watched modules define; and the
+set of names of each such class and of ``torch.Tensor`` (a method *added* to one,
+a ``__getattribute__`` say, counts). What is not: changes below Python (a C
+extension patching memory), or state that is not a binding (a tensor's values —
+the input checksums watch those). This is a tripwire for the plugin that
+monkeypatches, not isolation; the families of other plugins and matprobe's own
+run in processes that never import it.
 """
 
 from __future__ import annotations
@@ -54,7 +56,10 @@ def watched_namespaces() -> Iterator[tuple[str, Any]]:
 
 
 def _identity(value: Any) -> tuple[int, ...]:
-    """What changes when a binding is replaced or a function's body is swapped."""
+    """What changes when a binding is replaced or a function's body is swapped (for
+    a class's set of names: when a name is added or removed)."""
+    if isinstance(value, frozenset):
+        return (hash(value),)
     if isinstance(value, FunctionType):
         return (id(value), id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__))
     return (id(value),)
@@ -67,12 +72,17 @@ def _names(namespace: Any) -> dict[str, Any]:
 def _bindings(name: str, namespace: Any) -> Iterator[tuple[str, Any]]:
     """The callables bound in ``namespace`` (data such as a module's counters is
     rebound by honest code), and for matprobe's modules the methods of the classes
-    they define."""
+    they define. A class's names are watched as a set too: a method *added* to a
+    judging class — a ``__getattribute__`` that hides failures — changes nothing
+    already bound, yet everything the class answers."""
+    if isinstance(namespace, type):
+        yield f"{name}.<names>", frozenset(_names(namespace))
     for attr, value in _names(namespace).items():
         if not callable(value):
             continue
         yield f"{name}.{attr}", value
         if isinstance(value, type) and name.startswith("matprobe.") and value.__module__ == name:
+            yield f"{name}.{attr}.<names>", frozenset(_names(value))
             for method, inner in _names(value).items():
                 if callable(inner) or isinstance(inner, (staticmethod, classmethod, property)):
                     yield f"{name}.{attr}.{method}", inner

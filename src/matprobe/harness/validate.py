@@ -288,7 +288,10 @@ def first_failure(
 class Verdicts:
     """The verdicts on many calls (as :func:`compare_many` takes them), computed where
     the reference lives and left there; :meth:`describe` reads them
-    (:func:`describe_first`: many at once)."""
+    (:func:`describe_first`: many at once). Slots: no attribute of its own can be
+    given to one."""
+
+    __slots__ = ("bad", "figures", "shape", "tolerances")
 
     def __init__(
         self,
