@@ -259,6 +259,19 @@ def measure_pair_safely(
         return result
 
 
+@dataclass
+class _Timing:
+    """What :func:`_time` gathers on one pair: the device clock, the notes of every
+    clock, and the timed outputs judged so far."""
+
+    device: Any = None  # the device clock's ClockStats
+    notes: list[str] | None = None
+    judged: int = 0
+
+    def clocks(self, **more: Any) -> Clocks:
+        return Clocks(device=self.device, notes=tuple(self.notes or ()), **more)
+
+
 def _time(
     spec: MatmulSpec,
     fn: KernelFn,
@@ -274,24 +287,63 @@ def _time(
     replay judged. Returns the clocks and the first problem found, if any.
     ``activation_quant``: the candidate family's declaration (the baseline is
     judged without one)."""
-    where = _torch_device(device)
     cuda = device.kind == "cuda"
+    where = _torch_device(device)
     bench = bench_for(spec, where, device.l2_bytes, policy, recorder, kind=device.kind)
-    notes = list(bench.notes)
+    timing = _Timing(notes=list(bench.notes))
+    ratio, problem = _device_clock(timing, bench, fn, recorder, policy, baseline, activation_quant)
+    state = gpu_clock_state(device.index) if cuda else {}
+    if problem:
+        return timing.clocks(), problem
+    later = _later_clocks(timing, bench, fn, recorder, policy, cuda, activation_quant)
+    if isinstance(later, str):
+        return timing.clocks(), later
+    hot, host, kernel = later
+    assert timing.notes is not None
+    if device.kind == "mps":
+        timing.notes.append(MPS_NOTE)
+    elif not cuda:
+        timing.notes.append("CPU: device clock is wall time per call; caches not flushed")
+    clocks = timing.clocks(
+        hot=hot, host=host, kernel=kernel, vs_baseline=ratio, gpu_state=state, judged=timing.judged
+    )
+    return clocks, None
 
-    def contender(on: Bench, name: str, kernel: KernelFn, declared: str | None) -> Contender:
-        outputs = on.outputs()
-        entry = Contender(name, kernel, outputs)
-        entry.recording = recorder.record(on.steps(kernel, outputs), policy.warmup)
-        entry.judge = lambda: TimedJudge(on, outputs, declared)
-        return entry
+
+def _contender(
+    on: Bench, name: str, kernel: KernelFn, declared: str | None, recorder: Recorder, warmup: int
+) -> Contender:
+    """``kernel`` recorded on ``on`` (each call after its producer), its timed replays
+    judged against ``declared``'s reference."""
+    outputs = on.outputs()
+    entry = Contender(name, kernel, outputs)
+    entry.recording = recorder.record(on.steps(kernel, outputs), warmup)
+    entry.judge = lambda: TimedJudge(on, outputs, declared)
+    return entry
+
+
+def _device_clock(
+    timing: _Timing,
+    bench: Bench,
+    fn: KernelFn,
+    recorder: Recorder,
+    policy: TimingPolicy,
+    baseline: tuple[str, KernelFn] | None,
+    activation_quant: str | None,
+) -> tuple[Any, str | None]:
+    """The device clock's rounds, interleaved with the baseline, then the input
+    checksums and the replay check on refilled weights, into ``timing``; the ratio
+    to the baseline (None without one, or when the baseline failed here) and the
+    first problem found."""
+    assert timing.notes is not None
+    notes = timing.notes
 
     def replay_problem(entry: Contender, declared: str | None = None) -> str | None:
         return check_replay(
             bench, recorder, entry.recording, entry.outputs, activation_quant=declared
         )
 
-    candidate = contender(bench, "candidate", fn, activation_quant)
+    candidate = _contender(bench, "candidate", fn, activation_quant, recorder, policy.warmup)
     base, baseline_problem = None, None
     if baseline is not None:
         # Recorded and checked once per bench: every candidate of the spec is
@@ -300,7 +352,7 @@ def _time(
         recorded = baseline_on(
             bench,
             baseline[0],
-            lambda: contender(bench, "baseline", baseline[1], None),
+            lambda: _contender(bench, "baseline", baseline[1], None, recorder, policy.warmup),
             replay_problem,
         )
         base, baseline_problem = recorded.contender, recorded.problem
@@ -308,69 +360,63 @@ def _time(
             notes.append(f"baseline failed its replay check here; no ratio ({baseline_problem})")
             base.judge = None  # known bad: timed for the record, not judged again
     rounds = interleave(recorder, bench.producer, candidate, base, bench.calls, policy)
-    state = gpu_clock_state(device.index) if cuda else {}
+    timing.device, timing.judged = rounds.candidate, rounds.judged
     if rounds.problem:
-        return Clocks(device=rounds.candidate, notes=tuple(notes)), rounds.problem
+        return None, rounds.problem
     if base is not None and base.problem:
         notes.append(f"baseline failed in a timed replay here; no ratio ({base.problem})")
         baseline_problem = base.problem
-    failure = bench.untouched() or replay_problem(candidate, activation_quant)
-    if failure:
-        return Clocks(device=rounds.candidate, notes=tuple(notes)), failure
-    ratio = None if baseline is None or baseline_problem else ratio_of(rounds, baseline[0])
-    judged = rounds.judged
-    del candidate, base
+    problem = bench.untouched() or replay_problem(candidate, activation_quant)
+    if problem or baseline is None or baseline_problem:
+        return None, problem
+    return ratio_of(rounds, baseline[0]), None
 
-    first = bench.first
-    hot_bench = make_bench(spec, [first], calls_per_sample(1, policy) if cuda else 1, within=bench)
+
+def _later_clocks(
+    timing: _Timing,
+    bench: Bench,
+    fn: KernelFn,
+    recorder: Recorder,
+    policy: TimingPolicy,
+    cuda: bool,
+    activation_quant: str | None,
+) -> tuple[Any, Any, Any] | str:
+    """The hot clock (one input set), the host clock and, when asked for on CUDA,
+    the kernel clock — every call judged, into ``timing`` — then the input
+    checksums once more: (hot, host, kernel), or the first problem found."""
+    assert timing.notes is not None
+    hot_bench = make_bench(
+        bench.spec, [bench.first], calls_per_sample(1, policy) if cuda else 1, within=bench
+    )
     hot_bench.producer_outputs = hot_bench.outputs()
     hot_bench.producer = recorder.record(hot_bench.steps(None, hot_bench.producer_outputs), 1)
-    hot_entry = contender(hot_bench, "candidate", fn, activation_quant)
+    hot_entry = _contender(hot_bench, "candidate", fn, activation_quant, recorder, policy.warmup)
     # The hot clock is a second column, not a verdict: a quarter of the budget.
     hot_policy = replace(policy, budget_s=policy.budget_s / 4)
-    hot_rounds = interleave(
-        recorder, hot_bench.producer, hot_entry, None, hot_bench.calls, hot_policy
-    )
-    if hot_rounds.problem:
-        return Clocks(device=rounds.candidate, notes=tuple(notes)), (
-            f"hot clock, {hot_rounds.problem}"
-        )
-    judged += hot_rounds.judged
-    host, problem = _host_clock(spec, fn, bench, policy, recorder, cuda, activation_quant)
+    hot = interleave(recorder, hot_bench.producer, hot_entry, None, hot_bench.calls, hot_policy)
+    if hot.problem:
+        return f"hot clock, {hot.problem}"
+    timing.judged += hot.judged
+    host, problem = _host_clock(bench.spec, fn, bench, policy, recorder, cuda, activation_quant)
     if problem:
-        return Clocks(device=rounds.candidate, notes=tuple(notes)), f"host clock: {problem}"
-    judged += host.n
+        return f"host clock: {problem}"
+    timing.judged += host.n
     kernel = None
     if policy.kernel_clock and cuda:
         try:
-            kernel, problem = _kernel_clock(spec, fn, bench, activation_quant)
+            kernel, problem = _kernel_clock(bench.spec, fn, bench, activation_quant)
         except Exception as exc:
-            notes.append(f"kernel clock unavailable: {exc}")
+            timing.notes.append(f"kernel clock unavailable: {exc}")
         else:
             if problem:
-                return Clocks(device=rounds.candidate, notes=tuple(notes)), (
-                    f"kernel clock: {problem}"
-                )
-            judged += bench.calls
-            gap = abs(kernel.median_us - rounds.candidate.median_us) / rounds.candidate.median_us
+                return f"kernel clock: {problem}"
+            timing.judged += bench.calls
+            gap = abs(kernel.median_us - timing.device.median_us) / timing.device.median_us
             if gap > KERNEL_CLOCK_TOLERANCE:
-                notes.append(f"kernel clock disagrees with device clock by {gap:.0%}")
+                timing.notes.append(f"kernel clock disagrees with device clock by {gap:.0%}")
     if problem := bench.untouched():  # the later clocks ran on the same sets
-        return Clocks(device=rounds.candidate, notes=tuple(notes)), problem
-    if device.kind == "mps":
-        notes.append(MPS_NOTE)
-    elif not cuda:
-        notes.append("CPU: device clock is wall time per call; caches not flushed")
-    return Clocks(
-        device=rounds.candidate,
-        hot=hot_rounds.candidate,
-        host=host,
-        kernel=kernel,
-        notes=tuple(notes),
-        vs_baseline=ratio,
-        gpu_state=state,
-        judged=judged,
-    ), None
+        return problem
+    return hot.candidate, host, kernel
 
 
 def _kernel_clock(

@@ -219,6 +219,30 @@ class Variant:
         return self.family.build(spec, self.param_dict, device)
 
 
+def _early_launch(
+    name: str,
+    grid: Mapping[str, Sequence[Any]],
+    early_launch_param: str | None,
+    activation_quant: str | None,
+) -> str | None:
+    """The family's early-launch parameter (inferred: ``pdl`` when the grid has
+    one); a declaration naming no grid parameter, or a rounding of x the harness
+    cannot apply, is an error when the family is defined."""
+    if activation_quant is not None and activation_quant not in ACTIVATION_QUANTS:
+        raise MatprobeError(
+            f"{name}: activation_quant {activation_quant!r} is not one the harness "
+            f"knows how to apply (known: {', '.join(ACTIVATION_QUANTS)})"
+        )
+    if early_launch_param == _INFER:
+        return "pdl" if "pdl" in grid else None
+    if early_launch_param is not None and early_launch_param not in grid:
+        raise MatprobeError(
+            f"{name}: early_launch_param {early_launch_param!r} is not a grid "
+            f"parameter (grid: {', '.join(grid) or 'none'})"
+        )
+    return early_launch_param
+
+
 def variant_family(
     *,
     name: str,
@@ -259,18 +283,7 @@ def variant_family(
     """
 
     grid_params = {key: tuple(values) for key, values in (grid or {}).items()}
-    if early_launch_param == _INFER:
-        early_launch_param = "pdl" if "pdl" in grid_params else None
-    elif early_launch_param is not None and early_launch_param not in grid_params:
-        raise MatprobeError(
-            f"{name}: early_launch_param {early_launch_param!r} is not a grid "
-            f"parameter (grid: {', '.join(grid_params) or 'none'})"
-        )
-    if activation_quant is not None and activation_quant not in ACTIVATION_QUANTS:
-        raise MatprobeError(
-            f"{name}: activation_quant {activation_quant!r} is not one the harness "
-            f"knows how to apply (known: {', '.join(ACTIVATION_QUANTS)})"
-        )
+    early_launch_param = _early_launch(name, grid_params, early_launch_param, activation_quant)
 
     def wrap(build: Builder) -> VariantFamily:
         @functools.wraps(build)

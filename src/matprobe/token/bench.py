@@ -438,58 +438,14 @@ class TokenBench:
         read_gbps: float | None = None,
         ceiling: str = "",
     ) -> TokenResult:
+        """Validate every mode, time those that passed in interleaved rounds (every
+        timed replay judged on a fresh input), and report them."""
         if not selection.modes or selection.modes[0].name != BASELINE:
             raise MatprobeError(f"the modes must start with the baseline, {BASELINE}")
         k_max = max(spec.k or 0 for spec in self.specs.values())
         bound = baseline_bound(self.dtype, self.config.layers, k_max)
-        # Until a baseline has passed, its modes are held to the absolute bound
-        # (the token's, or its peer's in the peer's dtype).
-        tolerances = {None: bound, PEER_DTYPE: baseline_bound(PEER_DTYPE, self.config.layers,
-                                                              k_max)}  # fmt: skip
-        results: list[ModeResult] = []
-        calls: dict[str, TokenCall] = {}
-        for mode in selection.modes:
-            result, call = self._check(mode, tolerances[mode.peer])
-            results.append(result)
-            self.progress(f"{mode.name}: {result.status} {result.reason}".rstrip())
-            if mode.own.name == BASELINE and result.status == "PASS" and result.error is not None:
-                dtype = mode.peer or self.dtype
-                tolerances[mode.peer] = relative_to_baseline(result.error, dtype)
-            if call is not None:
-                calls[mode.name] = call
-        tolerance = tolerances[None]
-        clock = cuda_time_us if self.device == "cuda" else host_time_us
-        judges = {
-            r.mode.name: _ReplayJudge(self.peer() if r.mode.peer is not None else self, r.mode)
-            for r in results
-            if r.mode.name in calls and r.mode.validated
-        }
-        samples = (
-            interleaved_rounds(
-                {name: _keeping(call, judges.get(name)) for name, call in calls.items()},
-                rounds,
-                clock,
-                before=lambda name, index: judges[name].fresh(index) if name in judges else None,
-                after=lambda name, index: judges[name].keep(index) if name in judges else None,
-            )
-            if calls
-            else {}
-        )
-        for result in results:
-            judge = judges.get(result.mode.name)
-            if judge is not None:
-                # The baseline is held to its absolute bound, every other mode to the
-                # one it was validated against (a multiple of the baseline's error).
-                own = result.mode.own.name == BASELINE
-                bound_of = (
-                    baseline_bound(result.mode.peer or self.dtype, self.config.layers, k_max)
-                    if own
-                    else tolerances[result.mode.peer]
-                )
-                result.judged, failure = judge.verdict(bound_of)
-                if failure:
-                    result.status, result.reason = "FAIL", failure
-                    samples.pop(result.mode.name, None)  # a wrong token is never a fast one
+        results, calls, tolerances = self._validate_modes(selection, bound, k_max)
+        samples = self._timed_rounds(results, calls, tolerances, rounds, k_max)
         for result in results:
             result.samples_us = samples.get(result.mode.name, [])
             rest = result.mode.rest
@@ -498,6 +454,7 @@ class TokenBench:
                     mine - other
                     for mine, other in zip(result.samples_us, samples[rest], strict=True)
                 ]
+        tolerance = tolerances[None]
         device_name, versions = device_description(self.device)
         return TokenResult(
             config=self.config,
@@ -522,3 +479,69 @@ class TokenBench:
                 self.weights.weight_bytes(), self.weights.kv_bytes(), read_gbps, ceiling
             ),
         )
+
+    def _validate_modes(
+        self, selection: ModeSelection, bound: Tolerance, k_max: int
+    ) -> tuple[list[ModeResult], dict[str, TokenCall], dict[str | None, Tolerance]]:
+        """Each mode checked against float64 (:meth:`_check`): the results, the calls
+        of the modes that can be timed, and the bound each peer dtype's modes are
+        held to (the baseline's absolute bound until a baseline passes, then a
+        multiple of its error)."""
+        tolerances = {None: bound, PEER_DTYPE: baseline_bound(PEER_DTYPE, self.config.layers,
+                                                              k_max)}  # fmt: skip
+        results: list[ModeResult] = []
+        calls: dict[str, TokenCall] = {}
+        for mode in selection.modes:
+            result, call = self._check(mode, tolerances[mode.peer])
+            results.append(result)
+            self.progress(f"{mode.name}: {result.status} {result.reason}".rstrip())
+            if mode.own.name == BASELINE and result.status == "PASS" and result.error is not None:
+                dtype = mode.peer or self.dtype
+                tolerances[mode.peer] = relative_to_baseline(result.error, dtype)
+            if call is not None:
+                calls[mode.name] = call
+        return results, calls, tolerances
+
+    def _timed_rounds(
+        self,
+        results: list[ModeResult],
+        calls: dict[str, TokenCall],
+        tolerances: dict[str | None, Tolerance],
+        rounds: int,
+        k_max: int,
+    ) -> dict[str, list[float]]:
+        """The modes' calls in interleaved rounds, each timed replay of a validated
+        mode on a fresh input and judged afterwards; the samples of every mode
+        whose timed replays all passed (a failing one's result says why)."""
+        if not calls:
+            return {}
+        clock = cuda_time_us if self.device == "cuda" else host_time_us
+        judges = {
+            r.mode.name: _ReplayJudge(self.peer() if r.mode.peer is not None else self, r.mode)
+            for r in results
+            if r.mode.name in calls and r.mode.validated
+        }
+        samples = interleaved_rounds(
+            {name: _keeping(call, judges.get(name)) for name, call in calls.items()},
+            rounds,
+            clock,
+            before=lambda name, index: judges[name].fresh(index) if name in judges else None,
+            after=lambda name, index: judges[name].keep(index) if name in judges else None,
+        )
+        for result in results:
+            judge = judges.get(result.mode.name)
+            if judge is None:
+                continue
+            # The baseline is held to its absolute bound, every other mode to the one
+            # it was validated against (a multiple of the baseline's error).
+            own = result.mode.own.name == BASELINE
+            bound_of = (
+                baseline_bound(result.mode.peer or self.dtype, self.config.layers, k_max)
+                if own
+                else tolerances[result.mode.peer]
+            )
+            result.judged, failure = judge.verdict(bound_of)
+            if failure:
+                result.status, result.reason = "FAIL", failure
+                samples.pop(result.mode.name, None)  # a wrong token is never a fast one
+        return samples
