@@ -5,6 +5,9 @@
   itself (the previous call's output is not there yet);
 * ``cheat.gpu_unmasked_store`` — the same GEMV storing whole BLOCK_N tiles: writes
   past the end of its output when n is not a multiple of BLOCK_N;
+* ``cheat.gpu_store_past_guard`` — honest, plus one element stored 64 past the guard
+  zone after its output (issue 20: it PASSed on an H100, landing in memory no
+  guard covered);
 * ``cheat.gpu_half_running_sum`` — fp32 within a K tile, the running sum in the
   output dtype across tiles;
 * ``cheat.gpu_memo_capture`` — memoises its answer by input pointers on the host:
@@ -50,6 +53,7 @@ def _gemv(  # Triton's constexpr parameters are upper case by convention
     MASK_STORE: tl.constexpr,  # noqa: N803
     HALF_SUM: tl.constexpr,  # noqa: N803
     NAN_AWARE: tl.constexpr = False,  # noqa: N803
+    STRAY_AT: tl.constexpr = 0,  # noqa: N803
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = rows < n
@@ -98,6 +102,11 @@ def _gemv(  # Triton's constexpr parameters are upper case by convention
         tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
     else:
         tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty))
+    # the bug: one element far past the output, past its guard zone (a constexpr test
+    # apart from the runtime one: Triton folds the first away)
+    if STRAY_AT > 0:  # noqa: SIM102
+        if tl.program_id(0) == 0:
+            tl.store(out_ptr + STRAY_AT, tl.sum(acc).to(out_ptr.dtype.element_ty))
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
@@ -123,6 +132,7 @@ def _gemv_family(
     half_sum: bool = False,
     nan_aware: bool = False,
     declared: bool = True,
+    stray: bool = False,
 ) -> VariantFamily:
     def build(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
         n, k = spec.n_total, spec.k
@@ -130,6 +140,8 @@ def _gemv_family(
         block_n = 64 if not pdl else 8
         block_k = triton.next_power_of_2(k) if pdl else 128
         extra = {"launch_pdl": True} if pdl else {}
+        # 64 elements past the guard after the output (GuardedOutputs' guard rule)
+        stray_at = n + max(4096, n) + 64 if stray else 0
 
         def run(inputs: MatmulInputs, out: Any) -> None:
             _gemv[(triton.cdiv(n, block_n),)](
@@ -145,6 +157,7 @@ def _gemv_family(
                 MASK_STORE=mask_store,
                 HALF_SUM=half_sum,
                 NAN_AWARE=nan_aware,
+                STRAY_AT=stray_at,
                 **extra,
             )
 
@@ -165,6 +178,7 @@ def _gemv_family(
 PDL_HONEST = _gemv_family("fake.gpu_pdl", pdl=True)
 PDL_EARLY_X = _gemv_family("cheat.gpu_pdl_early_x", pdl=True, early_x=True)
 UNMASKED_STORE = _gemv_family("cheat.gpu_unmasked_store", mask_store=False)
+STORE_PAST_GUARD = _gemv_family("cheat.gpu_store_past_guard", stray=True)
 HALF_RUNNING_SUM = _gemv_family("cheat.gpu_half_running_sum", half_sum=True)
 NAN_AWARE = _gemv_family("cheat.gpu_nan_aware", nan_aware=True)
 PDL_EARLY_X_UNDECLARED = _gemv_family(
@@ -267,6 +281,7 @@ FAMILIES: tuple[VariantFamily, ...] = (
     PDL_HONEST,
     PDL_EARLY_X,
     UNMASKED_STORE,
+    STORE_PAST_GUARD,
     HALF_RUNNING_SUM,
     NAN_AWARE,
     PDL_EARLY_X_UNDECLARED,

@@ -382,10 +382,27 @@ def writes_past_the_end(fn: KernelFn) -> KernelFn:
     return run
 
 
+def writes_past_the_guard(fn: KernelFn) -> KernelFn:
+    """Honest, plus one element 64 past the guard zone after its output (issue 20:
+    such a store PASSed on an H100, landing where no guard was)."""
+
+    def run(inputs: Any, out: Any) -> None:
+        import torch
+
+        from matprobe.harness.inputs import GUARD_MIN_ELEMENTS
+
+        fn(inputs, out)
+        far = out.storage_offset() + out.numel() + max(GUARD_MIN_ELEMENTS, out.numel()) + 64
+        torch.as_strided(out, (1,), (1,), far).copy_(out.reshape(-1)[-1:])
+
+    return run
+
+
 CHEATS = {
     "writes_nothing": (writes_nothing, "error"),  # the prefill stays: far from the answer
     "zeros_its_output": (zeros_its_output, "error"),
     "writes_past_the_end": (writes_past_the_end, "wrote outside its output"),
+    "writes_past_the_guard": (writes_past_the_guard, "wrote outside its output"),
 }
 
 

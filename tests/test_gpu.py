@@ -149,6 +149,8 @@ AWKWARD = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=53 | k=896 | tA=0 | tB
     ("family", "spec", "needle"),
     [
         (gpu_cheaters.UNMASKED_STORE, AWKWARD, "wrote outside its output"),
+        (gpu_cheaters.STORE_PAST_GUARD, GEMV, "wrote outside its output"),
+        (gpu_cheaters.STORE_PAST_GUARD, AWKWARD, "wrote outside its output"),
         (gpu_cheaters.HALF_RUNNING_SUM, O_PROJ, "trial"),
         (gpu_cheaters.HALF_RUNNING_SUM, GEMV, "trial"),
         (

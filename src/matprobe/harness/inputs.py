@@ -664,6 +664,10 @@ def empty_output(spec: MatmulSpec, device: Any) -> torch.Tensor:
 #: Guard elements on each side of an output, at least (a whole output's worth when
 #: larger: a kernel that pads rows or columns to its tile writes that far past).
 GUARD_MIN_ELEMENTS = 4096
+#: Sentinel elements after the last output, at least: a store past the guard
+#: zone — 64 elements past it PASSed on an H100 (issue 20), landing in memory no
+#: one checked — lands here (a megabyte or more of the buffer, compared at once).
+TAIL_MIN_ELEMENTS = 1 << 20
 #: What the guard zones hold: a finite value no kernel computes by accident.
 GUARD_SENTINEL = -1234.5
 #: Outputs are filled with uniform values in ±this before every call: the size of
@@ -673,10 +677,11 @@ PREFILL_RANGE = 1.0
 
 class GuardedOutputs:
     """``count`` outputs of a spec in one buffer, each between sentinel-filled
-    guard zones: ``[guard | out₀ | guard | out₁ | … | guard]``. A kernel that writes
-    past either end of its output (a tile not masked at n = 53, say) changes a
-    guard, which :meth:`breach` reports; the allocator's neighbours would have
-    hidden it."""
+    guard zones, and a long sentinel tail after the last:
+    ``[guard | out₀ | guard | out₁ | … | out₋₁ | tail]``. A kernel that writes
+    past either end of its output (a tile not masked at n = 53, say), or far past
+    the last one, changes a guard, which :meth:`breach` reports; the allocator's
+    neighbours would have hidden it."""
 
     def __init__(self, spec: MatmulSpec, device: Any, count: int = 1) -> None:
         import torch
@@ -684,9 +689,10 @@ class GuardedOutputs:
         shape = shapes(spec)["out"]
         self.numel = math.prod(shape)
         self.guard = max(GUARD_MIN_ELEMENTS, self.numel)
+        self.tail = max(TAIL_MIN_ELEMENTS, self.guard)
         stride = self.numel + self.guard
         self.buffer = torch.full(
-            (self.guard + count * stride,),
+            (self.guard + count * stride - self.guard + self.tail,),
             GUARD_SENTINEL,
             dtype=torch_dtype(activation_dtype(spec)),
             device=device,
@@ -698,7 +704,7 @@ class GuardedOutputs:
         self._stride = stride
         # Which elements are guards (True) — compared all at once: one sync per check.
         offset = torch.arange(self.buffer.numel(), device=device) - self.guard
-        self._is_guard = (offset < 0) | (offset % stride >= self.numel)
+        self._is_guard = (offset < 0) | (offset >= count * stride) | (offset % stride >= self.numel)
         self._pristine = self.buffer.clone()
 
     @property
@@ -732,8 +738,8 @@ class GuardedOutputs:
         if not bool(changed.any()):
             return None
         first = int(torch.nonzero(changed)[0])
-        zone = first // self._stride  # guard i sits before output i
         count = len(self.views)
+        zone = min(first // self._stride, count)  # guard i sits before output i; the tail last
         where = (
             "before output 0"
             if zone == 0
@@ -744,5 +750,5 @@ class GuardedOutputs:
         return (
             f"wrote outside its output: {int(changed.sum())} guard elements changed, "
             f"first in the guard zone {where} (element {first - zone * self._stride} "
-            f"of {self.guard})"
+            f"of {self.tail if zone == count else self.guard})"
         )
