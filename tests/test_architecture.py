@@ -4,7 +4,9 @@
   families belongs to ``matprobe.variants``, and the harness knows a registry
   only as a factory string;
 * the import graph of ``matprobe.*`` has no cycle, module-level imports or
-  any other (inside functions, under ``TYPE_CHECKING``).
+  any other (inside functions, under ``TYPE_CHECKING``);
+* the folders of the loop keep their boundaries: ``profile/`` (reading
+  profiles) imports only the shared core.
 """
 
 from __future__ import annotations
@@ -149,6 +151,41 @@ def test_the_import_graph_has_no_cycle(module_level_only: bool) -> None:
     pool took from the report layer; ``inputs`` ↔ ``validate`` another)."""
     cycle = _cycle(import_graph(module_level_only=module_level_only))
     assert cycle is None, " -> ".join(cycle or [])
+
+
+#: The shared core every stage may use: the spec and what it is built from.
+SHARED_CORE = {
+    "matprobe",
+    "matprobe.errors",
+    "matprobe.quant",
+    "matprobe.quiet_profiler",
+    "matprobe.safetext",
+    "matprobe.spec",
+    "matprobe.stats",
+}
+
+
+def _reaching(graph: dict[str, set[str]], package: str, allowed: set[str]) -> set[str]:
+    """``module imports target`` for every import of ``package``'s modules that
+    leaves the package for a module outside ``allowed`` (a name or a package prefix)."""
+    inside = (package, f"{package}.")
+    return {
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if module.startswith(inside)
+        for target in targets
+        if not target.startswith(inside)
+        and not any(target == a or target.startswith(f"{a}.") for a in allowed - {"matprobe"})
+        and target != "matprobe"
+    }
+
+
+def test_the_profile_side_imports_only_the_shared_core() -> None:
+    """Reading a profile needs no harness, runner, report or family: ``profile/``
+    imports ``spec``, ``stats``, ``errors``, ``safetext`` and itself."""
+    graph = import_graph(module_level_only=False)
+    assert any(m.startswith("matprobe.profile.") for m in graph)
+    assert not _reaching(graph, "matprobe.profile", SHARED_CORE)
 
 
 def test_the_cycle_finder_finds_one() -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from matprobe.cli import _infer_tokens
 from matprobe.harness.per_token import context_dim, find_sites, per_token_weights
-from matprobe.profiles import load_specs
+from matprobe.profile.profiles import load_specs
 from matprobe.spec import MatmulSpec, Provenance
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from matprobe import __version__, cli_capture, cli_dispatch, cli_merge, cli_reports, cli_token
-from matprobe.analysis import AnalyzeOptions, analyze, render_text, to_json
 from matprobe.cli_args import WIDE_HELP, non_negative, positive, seed
 from matprobe.errors import MatprobeError
-from matprobe.jsonl import scan
+from matprobe.profile.analysis import AnalyzeOptions, analyze, render_text, to_json
+from matprobe.profile.jsonl import scan
 from matprobe.safetext import term_safe
 from matprobe.spec import DTYPES, MatmulSpec
 
@@ -120,7 +120,7 @@ def _positive_seconds(text: str) -> float:
 
 def _list_models(out: TextIO) -> int:
     """``--model list`` (shapes and run alike): the model configs known."""
-    from matprobe.models import MODELS
+    from matprobe.profile.models import MODELS
 
     rows = [
         [
@@ -141,7 +141,7 @@ def _list_models(out: TextIO) -> int:
 
 
 def _shapes_from_model(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.models import decode_specs, get_model
+    from matprobe.profile.models import decode_specs, get_model
 
     if args.model == "list":
         return _list_models(out)
@@ -192,7 +192,7 @@ def cmd_shapes(args: argparse.Namespace, out: TextIO) -> int:
         if args.profile is not None:
             raise MatprobeError("give a PROFILE or --model, not both")
         return _shapes_from_model(args, out)
-    from matprobe.profiles import load_specs
+    from matprobe.profile.profiles import load_specs
 
     loaded = load_specs(args.profile, default_dtype=args.dtype)
     for warning in loaded.warnings:
@@ -238,12 +238,12 @@ def _run_specs(args: argparse.Namespace) -> tuple[list[MatmulSpec], str, list[st
     if args.model is not None:
         if args.profile is not None:
             raise MatprobeError("give a PROFILE or --model, not both")
-        from matprobe.models import decode_specs, get_model
+        from matprobe.profile.models import decode_specs, get_model
 
         config = get_model(args.model)
         shapes = decode_specs(config, context=args.context, dtype=args.dtype or "f16")
         return [s.spec for s in shapes], f"model {config.name} (counts per token)", []
-    from matprobe.profiles import load_specs
+    from matprobe.profile.profiles import load_specs
 
     loaded = load_specs(args.profile, default_dtype=args.dtype)
     return loaded.specs, loaded.source, loaded.warnings
@@ -442,7 +442,7 @@ def cmd_variants(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_synth_profile(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.synth import write_profile
+    from matprobe.profile.synth import write_profile
 
     try:
         written = write_profile(args.out, events=args.events, seed=args.seed, broken=args.broken)

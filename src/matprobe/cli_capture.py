@@ -84,7 +84,12 @@ def _check_writable(path: Path) -> None:
 def cmd_capture(args: argparse.Namespace, out: TextIO) -> int:
     if args.out:
         _check_writable(Path(args.out))
-    from matprobe.capture import capture_decode, compare_capture, render_comparison, write_profile
+    from matprobe.profile.capture import (
+        capture_decode,
+        compare_capture,
+        render_comparison,
+        write_profile,
+    )
 
     capture = capture_decode(
         args.model, context=args.context, dtype=args.dtype, layers=args.layers, device=args.device

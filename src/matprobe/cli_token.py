@@ -21,7 +21,7 @@ from matprobe.errors import MatprobeError
 from matprobe.safetext import term_safe
 
 if TYPE_CHECKING:
-    from matprobe.models import ModelConfig
+    from matprobe.profile.models import ModelConfig
     from matprobe.token.bench import TokenResult
     from matprobe.token.linear import LinearFn
 
@@ -236,7 +236,7 @@ def _problems(token: TokenResult, strict: bool) -> list[str]:
 
 
 def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.models import get_model
+    from matprobe.profile.models import get_model
     from matprobe.token.bench import TokenBench
     from matprobe.token.floor import measure_read_ceiling
     from matprobe.token.modes import MODES, parse_modes, select_modes, triton_problem

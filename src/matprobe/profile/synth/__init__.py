@@ -19,15 +19,15 @@ come from a second generator and do not move the clock, so removing them from
 a broken file gives exactly the clean file of the same seed.
 """
 
-from matprobe.jsonl import EVENT_TYPES  # the schema's types: each appears in a default run
-from matprobe.synth.model import (
+from matprobe.profile.jsonl import EVENT_TYPES  # the schema's types: each appears in a default run
+from matprobe.profile.synth.model import (
     BAD_CATEGORIES,
     SECTIONS,
     SynthConfig,
     SynthError,
     Truth,
 )
-from matprobe.synth.writer import generate, iter_lines, write_profile
+from matprobe.profile.synth.writer import generate, iter_lines, write_profile
 
 __all__ = [
     "BAD_CATEGORIES",

@@ -4,7 +4,7 @@ The model is built from its config alone — a name ``shapes --model`` knows,
 whose numbers are mapped to the transformers config fields, or a
 ``config.json`` — so nothing is downloaded. The KV cache is prefilled with
 ``cached`` tokens, then one new token (m = 1) runs under
-:func:`~matprobe.capture.aten.recording`.
+:func:`~matprobe.profile.capture.aten.recording`.
 
 transformers is an optional extra, imported by name at run time: a missing
 install is a one-line error, and mypy does not walk its sources.
@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from matprobe.capture.aten import TORCH_DTYPES, recording
-from matprobe.capture.record import Capture
 from matprobe.errors import MatprobeError
-from matprobe.models import MODELS, ModelConfig, get_model
+from matprobe.profile.capture.aten import TORCH_DTYPES, recording
+from matprobe.profile.capture.record import Capture
+from matprobe.profile.models import MODELS, ModelConfig, get_model
 from matprobe.safetext import term_safe
 
 #: ``model_type`` values this command builds. Qwen2 always has a bias on Q, K

@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from matprobe.capture.record import Capture
 from matprobe.errors import MatprobeError
+from matprobe.profile.capture.record import Capture
 
 #: The backend name a captured call carries.
 BACKEND = "torch"

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from matprobe.jsonl import PROBLEM_KINDS, Problems, ProfileScan
+from matprobe.profile.jsonl import PROBLEM_KINDS, Problems, ProfileScan
+from matprobe.profile.textsummary import more_line
 from matprobe.safetext import term_safe
 from matprobe.stats import Stats
-from matprobe.textsummary import more_line
 
 #: Synthetic kernels the aggregate view hides unless asked (they double-count).
 _TOTAL_KERNELS = frozenset({"iteration_total", "forward_step_total"})

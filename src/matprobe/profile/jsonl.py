@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
     _DECODE_ERRORS = (json.JSONDecodeError, ValueError)
 
 #: Event types of the metallic schema (DESIGN.md §3.2), in the schema's order; the
-#: synthetic generator (``matprobe.synth``) emits each. Others are counted and reported.
+#: synthetic generator (``matprobe.profile.synth``) emits each. Others are counted and reported.
 EVENT_TYPES: tuple[str, ...] = (
     "GpuOpCompleted",
     "InternalKernelCompleted",
@@ -308,7 +308,7 @@ def open_text(path: str | Path) -> IO[str]:
 
 
 def _not_jsonl_message(path: str, first_bad: list[str]) -> str:
-    from matprobe.textsummary import looks_like_shape_header
+    from matprobe.profile.textsummary import looks_like_shape_header
 
     def summary_like(line: str) -> bool:
         text = line.strip()

@@ -8,7 +8,7 @@ import random
 import time
 from typing import Any
 
-from matprobe.synth.model import (
+from matprobe.profile.synth.model import (
     _CB_GPU,
     _KERNEL,
     _Q8_BYTES_PER_WEIGHT,
@@ -23,7 +23,7 @@ from matprobe.synth.model import (
     SynthConfig,
     Truth,
 )
-from matprobe.synth.shapes import (
+from matprobe.profile.synth.shapes import (
     _DOWN,
     _EMBED_KERNEL,
     _GATE_UP,

@@ -28,7 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from matprobe.capture.record import CapturedCall
+from matprobe.profile.capture.record import CapturedCall
 from matprobe.spec import MatmulSpec
 
 #: torch dtypes a spec can name; others are recorded without a dtype.

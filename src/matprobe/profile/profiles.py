@@ -13,12 +13,12 @@ from importlib import resources
 from pathlib import Path
 
 from matprobe.errors import ProfileError, SpecError
-from matprobe.jsonl import ProfileScan, open_text, scan
-from matprobe.models import ATTENTION_DTYPE_Q8_0
+from matprobe.profile.jsonl import ProfileScan, open_text, scan
+from matprobe.profile.models import ATTENTION_DTYPE_Q8_0
+from matprobe.profile.textsummary import read_summary
 from matprobe.safetext import term_safe
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance, merge_specs
 from matprobe.stats import Stats
-from matprobe.textsummary import read_summary
 
 BUILTIN_NAME = "qwen2.5-0.5b-decode"
 #: The built-in profile was recorded with fp16 weights (metallic on an M1).

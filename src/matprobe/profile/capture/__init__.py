@@ -6,30 +6,30 @@ nothing downloaded) runs with every matmul-family call recorded — its spec
 written as a profile that ``shapes`` and ``run`` read, and compared with what
 decode_specs predicts for the same model.
 
-* :mod:`~matprobe.capture.aten` — a call's spec, and the recording modes;
-* :mod:`~matprobe.capture.hf` — the model from a name or a config.json, and the run;
-* :mod:`~matprobe.capture.compare` — the capture against decode_specs;
-* :mod:`~matprobe.capture.profile` — the capture as JSONL events.
+* :mod:`~matprobe.profile.capture.aten` — a call's spec, and the recording modes;
+* :mod:`~matprobe.profile.capture.hf` — the model from a name or a config.json, and the run;
+* :mod:`~matprobe.profile.capture.compare` — the capture against decode_specs;
+* :mod:`~matprobe.profile.capture.profile` — the capture as JSONL events.
 """
 
 from __future__ import annotations
 
-from matprobe.capture.compare import (
+from matprobe.profile.capture.compare import (
     Comparison,
     Difference,
     compare_capture,
     compare_counts,
     render_comparison,
 )
-from matprobe.capture.hf import (
+from matprobe.profile.capture.hf import (
     ARCHITECTURES,
     CAPTURE_DTYPES,
     DEVICES,
     capture_decode,
     resolve_model,
 )
-from matprobe.capture.profile import BACKEND, profile_events, write_profile
-from matprobe.capture.record import Capture, CapturedCall
+from matprobe.profile.capture.profile import BACKEND, profile_events, write_profile
+from matprobe.profile.capture.record import Capture, CapturedCall
 
 __all__ = [
     "ARCHITECTURES",

@@ -10,7 +10,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from matprobe.models import ModelConfig
+from matprobe.profile.models import ModelConfig
 from matprobe.spec import MatmulSpec
 
 _LAYER_INDEX = re.compile(r"(^|\.)layers\.\d+(?=\.|$)")

@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from matprobe.capture.record import Capture
-from matprobe.models import MODELS, ModelConfig, decode_specs
+from matprobe.profile.capture.record import Capture
+from matprobe.profile.models import MODELS, ModelConfig, decode_specs
 from matprobe.spec import MatmulSpec
 
 

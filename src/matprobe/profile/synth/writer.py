@@ -8,9 +8,9 @@ import random
 from collections.abc import Iterator
 from typing import Final
 
-from matprobe.synth.emitter import _Emitter
-from matprobe.synth.model import SynthConfig, SynthError, Truth
-from matprobe.synth.shapes import _BROKEN_KINDS, _attention_matmuls
+from matprobe.profile.synth.emitter import _Emitter
+from matprobe.profile.synth.model import SynthConfig, SynthError, Truth
+from matprobe.profile.synth.shapes import _BROKEN_KINDS, _attention_matmuls
 
 
 def _broken_plan(config: SynthConfig) -> dict[int, list[str]]:
