@@ -6,7 +6,9 @@
 * the import graph of ``matprobe.*`` has no cycle, module-level imports or
   any other (inside functions, under ``TYPE_CHECKING``);
 * the folders of the loop keep their boundaries: ``profile/`` (reading
-  profiles) imports only the shared core.
+  profiles) imports only the shared core; ``report/`` reads results and never
+  reaches into the measurement core beyond what a result, a device, a timing
+  policy and a variant are.
 """
 
 from __future__ import annotations
@@ -186,6 +188,26 @@ def test_the_profile_side_imports_only_the_shared_core() -> None:
     graph = import_graph(module_level_only=False)
     assert any(m.startswith("matprobe.profile.") for m in graph)
     assert not _reaching(graph, "matprobe.profile", SHARED_CORE)
+
+
+#: What ``report/`` may know of the measurement core: what a result, a device, a
+#: timing policy and a variant are — never how a pair is built, judged or timed.
+REPORT_SEES = {
+    "matprobe.harness.results",
+    "matprobe.harness.device",
+    "matprobe.harness.timing",
+    "matprobe.harness.variants",
+    # the run side, until it has a folder of its own
+    "matprobe.harness.runner",
+    "matprobe.harness.store",
+    "matprobe.harness.per_token",
+}
+
+
+def test_the_report_side_reads_results_and_never_measures() -> None:
+    graph = import_graph(module_level_only=False)
+    assert any(m.startswith("matprobe.report.") for m in graph)
+    assert not _reaching(graph, "matprobe.report", SHARED_CORE | REPORT_SEES)
 
 
 def test_the_cycle_finder_finds_one() -> None:

@@ -254,7 +254,7 @@ def test_measurement_modules_are_the_listed_ones_that_exist() -> None:
     found = measurement_sources()
     assert {"matprobe.harness.timing", "matprobe.harness.validate"} <= set(found)
     assert all(n.rpartition(".")[2] in fingerprint.MEASUREMENT_MODULES for n in found)
-    assert "matprobe.harness.report" not in found
+    assert "matprobe.report.build" not in found
 
 
 def test_policy_fingerprint_follows_the_measurement_code(measurement_copy: Path) -> None:

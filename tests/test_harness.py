@@ -27,13 +27,6 @@ from matprobe.harness.inputs import (  # noqa: E402
     shapes,
 )
 from matprobe.harness.measure import PairContext, classify, measure_pair_safely  # noqa: E402
-from matprobe.harness.report import (  # noqa: E402
-    build_report,
-    render_markdown,
-    to_csv,
-    to_json,
-)
-from matprobe.harness.report_text import render_terminal  # noqa: E402
 from matprobe.harness.results import ErrorKind, Status  # noqa: E402
 from matprobe.harness.runner import (  # noqa: E402
     ERRORED,
@@ -49,6 +42,10 @@ from matprobe.harness.timing import TimingPolicy  # noqa: E402
 from matprobe.harness.validate import compare, spec_tolerance, tolerance  # noqa: E402
 from matprobe.harness.variants import Variant  # noqa: E402
 from matprobe.harness.worker import Task, run_tasks  # noqa: E402
+from matprobe.report.build import build_report  # noqa: E402
+from matprobe.report.json_csv import to_csv, to_json  # noqa: E402
+from matprobe.report.markdown import render_markdown  # noqa: E402
+from matprobe.report.text import render_terminal  # noqa: E402
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance  # noqa: E402
 from matprobe.stats import Stats  # noqa: E402
 
@@ -614,7 +611,7 @@ def test_report_ranks_only_valid_results(tmp_path: Path) -> None:
 
 
 def test_impact_uses_counts_and_tokens() -> None:
-    from matprobe.harness.report import Report, SpecSection
+    from matprobe.report.model import Report, SpecSection
 
     spec = _profiled(spec_of(), count=240, avg_ms=0.2)
     section = SpecSection(spec, (), (), "base", "fast", baseline_us=10.0, best_us=6.0)

@@ -237,8 +237,8 @@ def test_the_report_explains_pdl_only_when_a_pdl_variant_runs() -> None:
     """pdl=1 figures include overlap with the previous call: the report must say so
     whenever one is measured (or cached), and not otherwise. The note comes from the
     family's declared trait (``early_launch_param``), not from a name the CLI knows."""
-    from matprobe.harness.report import early_launch_note
     from matprobe.harness.runner import PairState, Plan, PlannedPair
+    from matprobe.report.build import early_launch_note
     from matprobe.spec import MatmulSpec
     from matprobe.variants.triton_gemv import GEMV_NT
 

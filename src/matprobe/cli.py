@@ -267,12 +267,14 @@ def _infer_tokens(specs: Sequence[MatmulSpec]) -> int | None:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness.report import render_markdown, run_problems, to_csv
-    from matprobe.harness.report import to_json as report_json
-    from matprobe.harness.report_html import render_html
-    from matprobe.harness.report_text import render_terminal
     from matprobe.harness.session import RunOptions, RunSession
-    from matprobe.harness.text_table import REPORT_COLUMNS
+    from matprobe.report.html import render_html
+    from matprobe.report.json_csv import to_csv
+    from matprobe.report.json_csv import to_json as report_json
+    from matprobe.report.markdown import render_markdown
+    from matprobe.report.model import run_problems
+    from matprobe.report.tables import REPORT_COLUMNS
+    from matprobe.report.text import render_terminal
 
     if args.model == "list":
         return _list_models(out)

@@ -45,7 +45,7 @@ def export_tables(report: Any, plugins: Sequence[str], out_dir: Path, out: TextI
 
 def cmd_dispatch(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.harness.store import ResultStore, default_store_path
-    from matprobe.harness.stored_report import load_report
+    from matprobe.report.stored_report import load_report
 
     db = Path(args.db) if args.db else default_store_path()
     if not db.is_file():

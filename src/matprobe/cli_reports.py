@@ -84,7 +84,7 @@ def _load_export(path: Path) -> tuple[Any, str]:
     """The report in a JSON export, and a name for it."""
     import gzip
 
-    from matprobe.harness.stored_report import report_from_json
+    from matprobe.report.stored_report import report_from_json
 
     try:
         opener = gzip.open if path.name.endswith(".gz") else open
@@ -108,7 +108,7 @@ def _load_ref(ref: RunRef) -> tuple[Any, str]:
 
 def _load(store: Any, ref: RunRef) -> tuple[Any, str]:
     """The report of ``ref`` from an open ``store``, and a name for it."""
-    from matprobe.harness.stored_report import load_report
+    from matprobe.report.stored_report import load_report
 
     run_id = ref.run_id
     if run_id is None:
@@ -144,10 +144,11 @@ def _json(data: Any) -> str:
 
 
 def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness.report import render_markdown, to_csv, to_json
-    from matprobe.harness.report_html import render_html
-    from matprobe.harness.report_text import render_terminal
-    from matprobe.harness.text_table import REPORT_COLUMNS
+    from matprobe.report.html import render_html
+    from matprobe.report.json_csv import to_csv, to_json
+    from matprobe.report.markdown import render_markdown
+    from matprobe.report.tables import REPORT_COLUMNS
+    from matprobe.report.text import render_terminal
 
     _check_plots(args.plots)
     default = _store_path(args)
@@ -167,7 +168,7 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _check_plots(plots: str) -> None:
-    from matprobe.harness.report_html import plotly_bundle
+    from matprobe.report.html import plotly_bundle
 
     if plots == "plotly" and plotly_bundle() is None:
         raise MatprobeError("--plots plotly needs plotly: pip install 'matprobe[report]'")
@@ -188,14 +189,14 @@ def _fraction(text: str) -> float:
 
 
 def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness.compare import (
+    from matprobe.report.compare import (
         Thresholds,
         compare_json,
         compare_reports,
         render_compare_markdown,
         render_compare_text,
     )
-    from matprobe.harness.report_html import render_compare_html
+    from matprobe.report.html import render_compare_html
 
     default = _store_path(args)
     refs = [parse_run_ref(args.a, default), parse_run_ref(args.b, default)]
@@ -224,7 +225,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness.history import (
+    from matprobe.report.history import (
         History,
         history_json,
         list_runs,

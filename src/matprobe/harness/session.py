@@ -28,8 +28,6 @@ from matprobe.harness.manifest import (
     Manifest,
     load_manifest_and_registry,
 )
-from matprobe.harness.progress import run_progress
-from matprobe.harness.report import Report, build_report, early_launch_note
 from matprobe.harness.runner import (
     DEFAULT_TIMEOUT_S,
     PairState,
@@ -41,9 +39,12 @@ from matprobe.harness.runner import (
 )
 from matprobe.harness.seeds import new_run_seed
 from matprobe.harness.store import ResultStore, default_store_path
-from matprobe.harness.stored_report import save_report
 from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
 from matprobe.harness.variants import SHIPPED_FACTORY, Registry, Variant
+from matprobe.report.build import build_report, early_launch_note
+from matprobe.report.model import Report
+from matprobe.report.progress import run_progress
+from matprobe.report.stored_report import save_report
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:

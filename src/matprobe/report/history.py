@@ -16,11 +16,11 @@ from typing import Any
 
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo
-from matprobe.harness.report import _md_table, ratio_cell
 from matprobe.harness.results import ClockStats, Ratio
 from matprobe.harness.store import ResultStore
-from matprobe.harness.stored_report import load_report
-from matprobe.harness.text_table import plain_table
+from matprobe.report.cells import ratio_cell
+from matprobe.report.stored_report import load_report
+from matprobe.report.tables import md_table, plain_table
 from matprobe.safetext import md_safe, term_safe
 from matprobe.spec import MatmulSpec
 
@@ -340,10 +340,10 @@ def render_history_markdown(h: History) -> str:
         md_safe(f"{len(h.runs)} runs in {h.store} ({RUNS_TITLE})."),
         "",
     ]
-    out.append(_md_table(RUN_HEADERS, [_run_cells(r) for r in h.runs]))
+    out.append(md_table(RUN_HEADERS, [_run_cells(r) for r in h.runs]))
     if h.spec_key is not None:
         out += ["", f"## Trend of {md_safe(h.spec_key)}", "", md_safe(TREND_TITLE) + ".", ""]
-        out.append(_md_table(TREND_HEADERS, [_trend_cells(p) for p in h.trend]))
+        out.append(md_table(TREND_HEADERS, [_trend_cells(p) for p in h.trend]))
     return "\n".join(out) + "\n"
 
 

@@ -1,4 +1,5 @@
-"""Tables and lines for a terminal of a given width (the report's 100 columns).
+"""Tables: for a terminal of a given width (the report's 100 columns), and in
+Markdown (:func:`md_table`).
 
 A report's tables carry more columns than a terminal holds. Rather than wrap
 rows (unreadable) or cut cells (a variant id or a figure cut short is wrong),
@@ -22,7 +23,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from matprobe.safetext import term_safe
+from matprobe.safetext import md_safe, term_safe
 
 #: The report's width unless ``--wide``: what a terminal split in two still shows.
 REPORT_COLUMNS = 100
@@ -196,3 +197,10 @@ def wrap_at(
             line = hanging + part
     lines.append(line)
     return lines
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table, every cell through :func:`md_safe`."""
+    lines = ["| " + " | ".join(md_safe(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(md_safe(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 What a kernel engineer reads first, so it is built to be read in a terminal:
 the tables leave out columns that hold nothing, then the least telling ones
-(:mod:`matprobe.harness.text_table`), and the header says which; a variant's
+(:mod:`matprobe.report.tables`), and the header says which; a variant's
 tags sit beside its verdict; spec keys and long lines break between fields and
 words, never inside one. Notes and the reasons pairs are unsupported — the same
 few sentences under every spec of a run — are cited by number in each section
@@ -10,7 +10,7 @@ and said once, after the last. ``width=None`` (``--wide``) prints every column
 and every note in place, one line each: the layout of the Markdown report.
 
 The last lines say what the run can tell: its verdict, its saving, and on the
-CPU what a CPU run cannot tell (:func:`matprobe.harness.report.scope_line`).
+CPU what a CPU run cannot tell (:func:`matprobe.report.cells.scope_line`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from matprobe.harness.report import (
+from matprobe.harness.results import Status
+from matprobe.report.cells import (
     HEADERS,
     IMPACT_HEADERS,
     SUMMARY_HEADERS,
-    Report,
-    Row,
-    SpecSection,
     _cells,
     _failure_lines,
     _header_lines,
@@ -35,11 +33,10 @@ from matprobe.harness.report import (
     _summary_rows,
     _unsupported_line,
     _verdict_line,
-    pair_base_tag,
     scope_line,
 )
-from matprobe.harness.results import Status
-from matprobe.harness.text_table import (
+from matprobe.report.model import Report, Row, SpecSection, pair_base_tag
+from matprobe.report.tables import (
     REPORT_COLUMNS,
     Column,
     plain_table,

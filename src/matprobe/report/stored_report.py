@@ -9,7 +9,7 @@ end of a run :func:`save_report` keeps a small *record* of its report — the
 specs with their provenance, the keys of every result it showed (cached ones
 included), the unsupported pairs with their reasons, device, policy, peaks,
 notes — and :func:`load_report` joins that record with the stored results into
-the same :class:`~matprobe.harness.report.Report` the run printed.
+the same :class:`~matprobe.report.model.Report` the run printed.
 
 A run recorded without a record (before this existed, or by another tool) is
 rebuilt from the results it measured itself, with a note saying what is
@@ -27,10 +27,11 @@ from typing import Any
 
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo
-from matprobe.harness.report import Report, SpecResults, assemble_report
 from matprobe.harness.results import PairResult
 from matprobe.harness.store import ResultKey, ResultStore, RunRecord
 from matprobe.harness.timing import TimingPolicy
+from matprobe.report.build import SpecResults, assemble_report
+from matprobe.report.model import Report
 from matprobe.spec import MatmulSpec
 
 #: Bumped when the record's layout changes; older layouts are still read.

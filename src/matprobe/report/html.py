@@ -8,11 +8,11 @@ bar; the full table with FAIL/ERROR reasons and the unsupported pairs.
 
 Plots: with plotly installed (the ``report`` extra) its offline bundle is
 inlined once and draws interactive charts from data embedded as JSON; without
-it (or with ``plots="svg"``) :mod:`matprobe.harness.svg_plot` draws them as
+it (or with ``plots="svg"``) :mod:`matprobe.report.svg_plot` draws them as
 inline SVG — no script at all, a far smaller file.
 
 Names from a profile, a manifest or a plugin are data, never markup: every
-text goes through :func:`~matprobe.harness.svg_plot.esc`, JSON embedded in a
+text goes through :func:`~matprobe.report.svg_plot.esc`, JSON embedded in a
 ``<script>`` has ``<``, ``>`` and ``&`` as ``\\u`` escapes (so neither ``</script>``
 nor ``<!--`` can end or bend it), and labels handed to plotly, which reads a
 few HTML tags in text, are entity-escaped. A Content-Security-Policy allows
@@ -32,22 +32,11 @@ from importlib import resources
 from typing import Any
 
 from matprobe import __version__
-from matprobe.harness.compare import (
-    COMPARE_HEADERS,
-    Comparison,
-    change_line,
-    compare_cells,
-    run_line,
-    shift_line,
-    summary_line,
-)
-from matprobe.harness.report import (
+from matprobe.harness.results import Status
+from matprobe.report.cells import (
     HEADERS,
     IMPACT_HEADERS,
     SUMMARY_HEADERS,
-    Report,
-    Row,
-    SpecSection,
     _cells,
     _header_lines,
     _impact_rows,
@@ -58,8 +47,17 @@ from matprobe.harness.report import (
     _verdict_line,
     short_label,
 )
-from matprobe.harness.results import Status
-from matprobe.harness.svg_plot import RatioRow, TimedRow, esc, ratio_chart, timing_chart
+from matprobe.report.compare import (
+    COMPARE_HEADERS,
+    Comparison,
+    change_line,
+    compare_cells,
+    run_line,
+    shift_line,
+    summary_line,
+)
+from matprobe.report.model import Report, Row, SpecSection
+from matprobe.report.svg_plot import RatioRow, TimedRow, esc, ratio_chart, timing_chart
 
 PLOT_MODES = ("auto", "plotly", "svg")
 

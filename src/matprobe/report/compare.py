@@ -45,9 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from matprobe.harness.report import Report, _md_table, short_label
 from matprobe.harness.results import ClockStats, PairResult, Status
-from matprobe.harness.text_table import plain_table
+from matprobe.report.cells import short_label
+from matprobe.report.model import Report
+from matprobe.report.tables import md_table, plain_table
 from matprobe.safetext import md_safe, term_safe
 
 
@@ -362,7 +363,7 @@ def render_compare_markdown(c: Comparison) -> str:
     if shift := shift_line(c):
         out.append(f"- {md_safe(shift)}")
     if c.pairs:
-        out += ["", _md_table(COMPARE_HEADERS, [compare_cells(p) for p in c.pairs])]
+        out += ["", md_table(COMPARE_HEADERS, [compare_cells(p) for p in c.pairs])]
     if c.status_changes:
         out += ["", "## Status changed", ""]
         out += [f"- {md_safe(change_line(change))}" for change in c.status_changes]
