@@ -24,11 +24,11 @@ from matprobe.harness.results import (
     Ratio,
     Status,
 )
-from matprobe.harness.store import ResultStore
 from matprobe.harness.timing import TimingPolicy
 from matprobe.report.build import SpecResults, assemble_report
 from matprobe.report.model import Report
 from matprobe.report.stored_report import report_record
+from matprobe.run.store import ResultStore
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance
 from matprobe.stats import Stats
 

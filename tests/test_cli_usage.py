@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch", reason="the run command needs torch (CPU build is enough)")
 
 from matprobe.cli import main
-from matprobe.harness.store import ResultStore
+from matprobe.run.store import ResultStore
 
 SMALL = (
     "Matmul shape backend summary:\n"

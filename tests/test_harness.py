@@ -28,7 +28,14 @@ from matprobe.harness.inputs import (  # noqa: E402
 )
 from matprobe.harness.measure import PairContext, classify, measure_pair_safely  # noqa: E402
 from matprobe.harness.results import ErrorKind, Status  # noqa: E402
-from matprobe.harness.runner import (  # noqa: E402
+from matprobe.harness.timing import TimingPolicy  # noqa: E402
+from matprobe.harness.validate import compare, spec_tolerance, tolerance  # noqa: E402
+from matprobe.harness.variants import Variant  # noqa: E402
+from matprobe.report.build import build_report  # noqa: E402
+from matprobe.report.json_csv import to_csv, to_json  # noqa: E402
+from matprobe.report.markdown import render_markdown  # noqa: E402
+from matprobe.report.text import render_terminal  # noqa: E402
+from matprobe.run.runner import (  # noqa: E402
     ERRORED,
     NEW,
     POLICY_CHANGED,
@@ -37,15 +44,8 @@ from matprobe.harness.runner import (  # noqa: E402
     execute,
     make_plan,
 )
-from matprobe.harness.store import ResultStore  # noqa: E402
-from matprobe.harness.timing import TimingPolicy  # noqa: E402
-from matprobe.harness.validate import compare, spec_tolerance, tolerance  # noqa: E402
-from matprobe.harness.variants import Variant  # noqa: E402
-from matprobe.harness.worker import Task, run_tasks  # noqa: E402
-from matprobe.report.build import build_report  # noqa: E402
-from matprobe.report.json_csv import to_csv, to_json  # noqa: E402
-from matprobe.report.markdown import render_markdown  # noqa: E402
-from matprobe.report.text import render_terminal  # noqa: E402
+from matprobe.run.store import ResultStore  # noqa: E402
+from matprobe.run.worker import Task, run_tasks  # noqa: E402
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance  # noqa: E402
 from matprobe.stats import Stats  # noqa: E402
 
@@ -475,7 +475,7 @@ def test_two_runs_on_one_store_share_the_work(
     measured once — by whichever run claimed its chunk — and both runs report every pair."""
     import threading
 
-    from matprobe.harness import runner as runner_mod
+    from matprobe.run import runner as runner_mod
 
     monkeypatch.setattr(runner_mod, "SOLO_CLAIM_CHUNK", 2)
     specs = [spec_of(n=n) for n in (5, 6, 7, 8, 9, 10)]
@@ -522,7 +522,7 @@ def test_a_pair_another_run_measured_and_released_is_taken_not_measured_again(
     """Run B planned a pair; run A measured it, stored it and ended (its claims void)
     before B got to it: B's claim succeeds, and B takes A's row instead of measuring
     the pair a second time (found on CI: two runs on one store measured a pair twice)."""
-    from matprobe.harness.work import WorkQueue
+    from matprobe.run.work import WorkQueue
 
     pair_spec = spec_of(n=9)
     with ResultStore(tmp_path / "s.db") as store:

@@ -6,7 +6,6 @@ import io
 
 import pytest
 
-from matprobe.harness.runner import Progress
 from matprobe.report import progress as progress_mod
 from matprobe.report.progress import (
     NoProgress,
@@ -15,6 +14,7 @@ from matprobe.report.progress import (
     progress_bar,
     run_progress,
 )
+from matprobe.run.runner import Progress
 from stored_runs import HOSTILE
 
 tqdm = pytest.importorskip("tqdm", reason="the bar is tqdm's (in the gpu extra)")

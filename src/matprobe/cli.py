@@ -267,7 +267,6 @@ def _infer_tokens(specs: Sequence[MatmulSpec]) -> int | None:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness.session import RunOptions, RunSession
     from matprobe.report.html import render_html
     from matprobe.report.json_csv import to_csv
     from matprobe.report.json_csv import to_json as report_json
@@ -275,6 +274,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.report.model import run_problems
     from matprobe.report.tables import REPORT_COLUMNS
     from matprobe.report.text import render_terminal
+    from matprobe.run.session import RunOptions, RunSession
 
     if args.model == "list":
         return _list_models(out)
@@ -402,7 +402,7 @@ def _write(path: Path, text: str) -> None:
 
 def cmd_variants(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.harness import device as device_mod
-    from matprobe.harness.manifest import load_manifest_and_registry
+    from matprobe.run.manifest import load_manifest_and_registry
 
     manifest, registry = load_manifest_and_registry(args.manifest, args.plugin or ())
     enabled = {v.id for v in manifest.variants(registry)}

@@ -44,8 +44,8 @@ def export_tables(report: Any, plugins: Sequence[str], out_dir: Path, out: TextI
 
 
 def cmd_dispatch(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness.store import ResultStore, default_store_path
     from matprobe.report.stored_report import load_report
+    from matprobe.run.store import ResultStore, default_store_path
 
     db = Path(args.db) if args.db else default_store_path()
     if not db.is_file():

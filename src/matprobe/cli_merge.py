@@ -1,5 +1,5 @@
 """``matprobe merge A.sqlite B.sqlite … --into C.sqlite``: stores gathered on many
-machines, merged into one (see :mod:`matprobe.harness.merge`)."""
+machines, merged into one (see :mod:`matprobe.run.merge`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ EXIT_CONFLICTS = 1
 
 
 def cmd_merge(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness.merge import merge_stores
+    from matprobe.run.merge import merge_stores
 
     summary = merge_stores(args.stores, args.into)
     for conflict in summary.conflicts:

@@ -61,13 +61,13 @@ def parse_run_ref(text: str, default_store: Path) -> RunRef:
 
 
 def _store_path(args: argparse.Namespace) -> Path:
-    from matprobe.harness.store import default_store_path
+    from matprobe.run.store import default_store_path
 
     return Path(args.store).expanduser() if args.store else default_store_path()
 
 
 def _open(path: Path) -> Any:
-    from matprobe.harness.store import ResultStore
+    from matprobe.run.store import ResultStore
 
     return ResultStore(path, read_only=True)
 

@@ -171,7 +171,7 @@ def _load_table(
     so a winner without a stored PASS, from the code installed now, never runs."""
     from matprobe.dispatch import custom_op_linear, load_table, table_linear, unjudged_entries
     from matprobe.harness.device import detect
-    from matprobe.harness.store import default_store_path
+    from matprobe.run.store import default_store_path
 
     info = detect(device)
     table = load_table(path)

@@ -17,10 +17,10 @@ from typing import Any
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.results import ClockStats, Ratio
-from matprobe.harness.store import ResultStore
 from matprobe.report.cells import ratio_cell
 from matprobe.report.stored_report import load_report
 from matprobe.report.tables import md_table, plain_table
+from matprobe.run.store import ResultStore
 from matprobe.safetext import md_safe, term_safe
 from matprobe.spec import MatmulSpec
 

@@ -8,7 +8,7 @@ profile or a manifest: they are shown through :func:`~matprobe.safetext.term_saf
 so an ESC in a name cannot drive the terminal.
 
 :class:`PairProgress` adapts a bar to the run loop's
-:class:`~matprobe.harness.runner.Progress` (``show`` a pair starting, ``advance``
+:class:`~matprobe.run.runner.Progress` (``show`` a pair starting, ``advance``
 when it ends); :func:`run_progress` picks it on a terminal and keeps the loop's
 plain "N/M pairs done" lines elsewhere (logs, CI).
 """
@@ -20,8 +20,8 @@ import os
 import sys
 from typing import Any, Protocol, TextIO
 
-from matprobe.harness.runner import Progress
 from matprobe.harness.variants import Variant
+from matprobe.run.runner import Progress
 from matprobe.safetext import term_safe
 from matprobe.spec import MatmulSpec
 
@@ -133,7 +133,7 @@ def pair_label(spec: MatmulSpec, variant: Variant) -> str:
 
 
 class PairProgress(Progress):
-    """The run loop's :class:`~matprobe.harness.runner.Progress` drawn as a bar."""
+    """The run loop's :class:`~matprobe.run.runner.Progress` drawn as a bar."""
 
     def __init__(self, total: int, bar: ProgressBar, stream: TextIO | None = None) -> None:
         super().__init__(total, stream)

@@ -2,7 +2,7 @@
 
 The store keeps each measured pair under its key, with the id of the run that
 measured it (and, when a later run measures the same key again, the older row
-apart: :meth:`~matprobe.harness.store.ResultStore.results_as_of`). Which cached
+apart: :meth:`~matprobe.run.store.ResultStore.results_as_of`). Which cached
 pairs a run reused, the specs' production figures (their provenance), the
 unsupported pairs and the token count live only in the run's memory. So at the
 end of a run :func:`save_report` keeps a small *record* of its report — the
@@ -28,10 +28,10 @@ from typing import Any
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.results import PairResult
-from matprobe.harness.store import ResultKey, ResultStore, RunRecord
 from matprobe.harness.timing import TimingPolicy
 from matprobe.report.build import SpecResults, assemble_report
 from matprobe.report.model import Report
+from matprobe.run.store import ResultKey, ResultStore, RunRecord
 from matprobe.spec import MatmulSpec
 
 #: Bumped when the record's layout changes; older layouts are still read.

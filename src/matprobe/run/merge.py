@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.store import ResultKey, ResultStore
+from matprobe.run.store import ResultKey, ResultStore
 
 _RUN_COLUMNS = "id, started_at, finished_at, status, command, environment"
 _RESULT_COLUMNS = (

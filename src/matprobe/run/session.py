@@ -23,12 +23,19 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo, detect
-from matprobe.harness.manifest import (
+from matprobe.harness.seeds import new_run_seed
+from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
+from matprobe.harness.variants import SHIPPED_FACTORY, Registry, Variant
+from matprobe.report.build import build_report, early_launch_note
+from matprobe.report.model import Report
+from matprobe.report.progress import run_progress
+from matprobe.report.stored_report import save_report
+from matprobe.run.manifest import (
     OFF_FAMILY_RULE,
     Manifest,
     load_manifest_and_registry,
 )
-from matprobe.harness.runner import (
+from matprobe.run.runner import (
     DEFAULT_TIMEOUT_S,
     PairState,
     Plan,
@@ -37,19 +44,12 @@ from matprobe.harness.runner import (
     execute,
     make_plan,
 )
-from matprobe.harness.seeds import new_run_seed
-from matprobe.harness.store import ResultStore, default_store_path
-from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
-from matprobe.harness.variants import SHIPPED_FACTORY, Registry, Variant
-from matprobe.report.build import build_report, early_launch_note
-from matprobe.report.model import Report
-from matprobe.report.progress import run_progress
-from matprobe.report.stored_report import save_report
+from matprobe.run.store import ResultStore, default_store_path
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
-    from matprobe.harness.pool import DeviceSlot
-    from matprobe.harness.ray_pool import RayCluster
+    from matprobe.run.pool import DeviceSlot
+    from matprobe.run.ray_pool import RayCluster
 
 CPU_NOTE = (
     "CPU run: times are wall-clock on this CPU; Triton variants run in the interpreter and "
@@ -286,7 +286,7 @@ class RunSession:
         if not specs:
             raise MatprobeError("no specs to run")
         if self.options.ray is not None:
-            from matprobe.harness.ray_pool import connect
+            from matprobe.run.ray_pool import connect
 
             device = connect(self.options.ray, self.options.device).device
         else:
@@ -307,7 +307,7 @@ class RunSession:
         if options.ray is not None:
             if options.gpus is not None:
                 raise MatprobeError("--ray and --gpus: choose one")
-            from matprobe.harness.ray_pool import connect
+            from matprobe.run.ray_pool import connect
 
             cluster = connect(options.ray, options.device)
             return _Target(cluster.device, cluster=cluster)
@@ -316,7 +316,7 @@ class RunSession:
                 raise MatprobeError(
                     f"--gpus measures on CUDA cards; not with --device {options.device}"
                 )
-            from matprobe.harness.pool import cuda_slots
+            from matprobe.run.pool import cuda_slots
 
             slots = cuda_slots(options.gpus)
             return _Target(slots[0].device, slots=slots)
@@ -454,7 +454,7 @@ class RunSession:
         if slots is not None and len(slots) > 1:
             report.notes.append(cards_note(outcome, [slot.label for slot in slots]))
             if outcome.card_peaks:
-                from matprobe.harness.pool import card_peaks_note
+                from matprobe.run.pool import card_peaks_note
 
                 report.notes.append(card_peaks_note(outcome.card_peaks, slots[0].label))
         if target.cluster is not None:

@@ -10,7 +10,7 @@ as the cluster has cards, and hands each result to ``on_result`` in the calling
 thread, so the store stays the run's single writer.
 
 In a Ray worker a task measures its pair with the ordinary runner code: a
-:class:`~matprobe.harness.worker.Worker` process that the Ray worker keeps from
+:class:`~matprobe.run.worker.Worker` process that the Ray worker keeps from
 task to task (GPU tasks are declared reusable, ``max_calls=0``). A crash, a hang
 or a poisoned CUDA context still costs one row, and torch is set up once per
 Ray worker, not once per pair.
@@ -28,7 +28,7 @@ Ray task costs a few milliseconds, and a pair takes a second or more.
 fingerprint. A task that lands on a card unlike the plan's (a cluster of mixed
 card types) is measured and stored under its own device. The run keeps such rows
 out of its report and its rankings, and says how many there were (see
-:func:`~matprobe.harness.runner.execute`). The cards of one node are taken to be
+:func:`~matprobe.run.runner.execute`). The cards of one node are taken to be
 of one type, as Ray's GPU resource assumes. Each row's notes name the node and
 card that measured it.
 """
@@ -49,7 +49,7 @@ from matprobe.harness.device import DeviceInfo
 from matprobe.harness.measure import PairContext, error_result
 from matprobe.harness.results import ErrorKind, PairResult
 from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.worker import (
+from matprobe.run.worker import (
     OnResult,
     OnStart,
     Task,

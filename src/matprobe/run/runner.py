@@ -33,16 +33,16 @@ from typing import TYPE_CHECKING, Any, TextIO
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.fingerprint import changed_sources
 from matprobe.harness.results import PairResult, Status
-from matprobe.harness.store import ResultKey, ResultStore
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import SHIPPED_FACTORY, Variant
-from matprobe.harness.work import WorkQueue
-from matprobe.harness.worker import CARD_PEAKS, Task, WorkerSet, run_tasks
+from matprobe.run.store import ResultKey, ResultStore
+from matprobe.run.work import WorkQueue
+from matprobe.run.worker import CARD_PEAKS, Task, WorkerSet, run_tasks
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
-    from matprobe.harness.pool import DeviceSlot
-    from matprobe.harness.ray_pool import RayCluster
+    from matprobe.run.pool import DeviceSlot
+    from matprobe.run.ray_pool import RayCluster
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -295,7 +295,7 @@ def execute(
     ``slots`` (several: every GPU of a host) measure work items in parallel, one
     worker process per slot, each result noted with the card that measured it;
     the slots must share ``device``'s fingerprint (the plan's keys hold it).
-    ``ray`` measures them on a Ray cluster instead (:mod:`~matprobe.harness.ray_pool`)."""
+    ``ray`` measures them on a Ray cluster instead (:mod:`~matprobe.run.ray_pool`)."""
     outcome = RunOutcome(run_id=run_id, plan=plan)
     started = time.monotonic()
     for pair in plan.of(PairState.CACHED):
@@ -358,11 +358,11 @@ def execute(
     }
     try:
         if ray is not None:
-            from matprobe.harness.ray_pool import run_on_ray
+            from matprobe.run.ray_pool import run_on_ray
 
             run_on_ray(work.take, ray, on_start=on_start, on_result=on_result, **options)
         elif slots is not None and len(slots) > 1:
-            from matprobe.harness.pool import run_on_slots, with_card
+            from matprobe.run.pool import run_on_slots, with_card
 
             def on_result_at(task: Task, result: PairResult, slot: DeviceSlot) -> None:
                 on_result(task, with_card(result, slot))

@@ -6,7 +6,7 @@ a CPU slot. :func:`run_on_slots` hands out *work items* (a chunk of one
 family's tasks; a candidate and its baseline are one task, so they are always
 measured on the same card, interleaved) to whichever slot is free. Each slot is
 a thread in the parent that owns one long-lived worker process
-(:class:`~matprobe.harness.worker.Worker`, pinned to its card) and feeds it one
+(:class:`~matprobe.run.worker.Worker`, pinned to its card) and feeds it one
 item after another: torch, the CUDA context and the families are set up once
 per card, not once per item (~8 s each on a GPU host). A crash or a hang still
 costs only its pair: the worker records it, starts a fresh process and goes on
@@ -28,7 +28,7 @@ from typing import Any
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.results import PairResult
-from matprobe.harness.worker import OnResult, OnStart, Task, WorkerSet, run_tasks
+from matprobe.run.worker import OnResult, OnStart, Task, WorkerSet, run_tasks
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def slot_runner(
 ) -> tuple[ItemRunner, WorkerSet | None]:
     """How a slot measures its items, and the :class:`WorkerSet` it keeps, if any.
 
-    The ordinary runner (:func:`~matprobe.harness.worker.run_tasks`, which starts
+    The ordinary runner (:func:`~matprobe.run.worker.run_tasks`, which starts
     a process per call) becomes one Worker the slot keeps for the whole run
     (``options`` may then also hold Worker's ``cpu_threads`` and
     ``measure_peaks``); any other runner (tests, a custom one) is called once per
@@ -161,7 +161,7 @@ def run_on_slots(
     ``runner`` is called as ``runner(tasks, device=slot.device, on_start=…,
     on_result=…, cancel=threading.Event, **runner_options)`` in the slot's
     thread, once per item.
-    ``card_peaks`` (``"module:function"``, :data:`~matprobe.harness.worker.CARD_PEAKS`
+    ``card_peaks`` (``"module:function"``, :data:`~matprobe.run.worker.CARD_PEAKS`
     on GPUs): each slot's worker measures its card's ceilings with it as it
     starts, all cards at once; returned by slot label (a slot that never got an
     item, or a custom runner, has none).

@@ -1,6 +1,6 @@
 """The run's work items, handed out to the cards that ask for them.
 
-A *chunk* is a few pairs of one family (:func:`matprobe.harness.runner._chunks`);
+A *chunk* is a few pairs of one family (:func:`matprobe.run.runner._chunks`);
 each is claimed in the store just before it is handed out, so concurrent runs on
 one store share the work, and what another live run holds is waited for at the
 end and taken from the store (or taken over once that run is gone).
@@ -20,8 +20,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from matprobe.harness.results import PairResult
-from matprobe.harness.store import ResultKey, ResultStore
-from matprobe.harness.worker import Task
+from matprobe.run.store import ResultKey, ResultStore
+from matprobe.run.worker import Task
 
 #: Chunks from the front of the queue a card may take instead of the first, to
 #: stay on its spec or keep off another card's.
