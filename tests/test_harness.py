@@ -45,7 +45,8 @@ from matprobe.run.runner import (  # noqa: E402
     make_plan,
 )
 from matprobe.run.store import ResultStore  # noqa: E402
-from matprobe.run.worker import Task, run_tasks  # noqa: E402
+from matprobe.run.task import Task  # noqa: E402
+from matprobe.run.worker import run_tasks  # noqa: E402
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance  # noqa: E402
 from matprobe.stats import Stats  # noqa: E402
 

@@ -27,7 +27,7 @@ from matprobe.run import worker as worker_mod  # noqa: E402
 from matprobe.run.pool import DeviceSlot, cuda_slots, parse_gpus, run_on_slots  # noqa: E402
 from matprobe.run.runner import PairState, execute, make_plan  # noqa: E402
 from matprobe.run.store import ResultStore  # noqa: E402
-from matprobe.run.worker import Task  # noqa: E402
+from matprobe.run.task import Task  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
 CPU = DeviceInfo(kind="cpu", name="test-cpu")

@@ -222,7 +222,7 @@ def test_disabled_family_runs_only_when_named() -> None:
 
 
 def test_cpu_default_run_validates_one_point_per_triton_family() -> None:
-    from matprobe.run.session import one_point_per_interpreted_family
+    from matprobe.run.selection import one_point_per_interpreted_family
 
     registry = shipped_registry()
     variants = load_manifest(None, registry).variants(registry)

@@ -28,7 +28,8 @@ from typing import Any
 from matprobe.errors import MatprobeError
 from matprobe.harness.device import DeviceInfo
 from matprobe.harness.results import PairResult
-from matprobe.run.worker import OnResult, OnStart, Task, WorkerSet, run_tasks
+from matprobe.run.task import Task
+from matprobe.run.worker import OnResult, OnStart, WorkerSet, run_tasks
 
 
 @dataclass(frozen=True)

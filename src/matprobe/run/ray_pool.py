@@ -49,16 +49,8 @@ from matprobe.harness.device import DeviceInfo
 from matprobe.harness.measure import PairContext, error_result
 from matprobe.harness.results import ErrorKind, PairResult
 from matprobe.harness.timing import TimingPolicy
-from matprobe.run.worker import (
-    OnResult,
-    OnStart,
-    Task,
-    TaskData,
-    WorkerSet,
-    load_registry,
-    task_data,
-    task_from_data,
-)
+from matprobe.run.task import Task, TaskData, load_registry, task_data, task_from_data
+from matprobe.run.worker import OnResult, OnStart, WorkerSet
 
 #: Times Ray runs a pair again after the Ray worker measuring it died.
 MAX_RETRIES = 3

@@ -36,8 +36,9 @@ from matprobe.harness.results import PairResult, Status
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import SHIPPED_FACTORY, Variant
 from matprobe.run.store import ResultKey, ResultStore
+from matprobe.run.task import Task
 from matprobe.run.work import WorkQueue
-from matprobe.run.worker import CARD_PEAKS, Task, WorkerSet, run_tasks
+from matprobe.run.worker import CARD_PEAKS, WorkerSet, run_tasks
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:

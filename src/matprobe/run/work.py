@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from matprobe.harness.results import PairResult
 from matprobe.run.store import ResultKey, ResultStore
-from matprobe.run.worker import Task
+from matprobe.run.task import Task
 
 #: Chunks from the front of the queue a card may take instead of the first, to
 #: stay on its spec or keep off another card's.
