@@ -11,7 +11,7 @@
   into the measurement core beyond what a result, a device, a timing policy and
   a variant are, nor into the run side beyond the plan, the store and calls per
   token; of ``run/``, only the session (a run from specs to its report) imports
-  ``report/``.
+  ``report/``; and only the entry points (``python -m matprobe``) import ``cli/``.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def test_the_graph_is_read() -> None:
     assert "matprobe.variants.triton_gemv" in graph["matprobe.variants.catalogue"]
     assert "matprobe.run.runner" in graph["matprobe.run.session"]
     everywhere = import_graph(module_level_only=False)
-    assert "matprobe.run.session" in everywhere["matprobe.cli"]  # imported in cmd_run
+    assert "matprobe.run.session" in everywhere["matprobe.cli.run"]  # imported in cmd_run
 
 
 #: The packages of the harness: the measurement core, the run side, the report side.
@@ -237,6 +237,21 @@ def test_of_the_run_side_only_the_session_imports_the_report_side() -> None:
     assert importers == {"matprobe.run.session"}
     everywhere = set(SHARED_CORE) | {"matprobe.harness", "matprobe.report"}
     assert not _reaching(graph, "matprobe.run", everywhere)  # no profile, cli, token...
+
+
+def test_only_the_entry_points_import_the_command_line() -> None:
+    """``cli/`` is the top: one module per subcommand, over the library; nothing
+    of the library imports it back."""
+    graph = import_graph(module_level_only=False)
+    assert {"matprobe.cli.run", "matprobe.cli.reports"} <= graph["matprobe.cli"]
+    importers = {
+        module
+        for module, targets in graph.items()
+        if module != "matprobe.cli"
+        and not module.startswith("matprobe.cli.")
+        and any(t == "matprobe.cli" or t.startswith("matprobe.cli.") for t in targets)
+    }
+    assert importers == {"matprobe.__main__"}
 
 
 def test_the_cycle_finder_finds_one() -> None:

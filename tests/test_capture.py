@@ -29,7 +29,7 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own convention
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import matprobe.cli
-from matprobe.cli_capture import register
+from matprobe.cli.capture import register
 from matprobe.errors import MatprobeError
 from matprobe.profile.capture import (
     Capture,
@@ -109,7 +109,7 @@ def biased_llama(tmp_path_factory: pytest.TempPathFactory) -> Capture:
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, str]]:
     """``matprobe ARGS`` through the real ``main`` (its error handling included), with
-    ``capture`` registered as cli.py does once its ``register`` line is in."""
+    ``capture`` registered as matprobe.cli does once its ``register`` line is in."""
     build = matprobe.cli.build_parser
 
     def build_with_capture() -> argparse.ArgumentParser:

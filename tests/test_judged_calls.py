@@ -301,7 +301,7 @@ def test_the_seed_is_not_part_of_the_policy_fingerprint() -> None:
 def test_a_bad_seed_is_refused_with_its_range(bad: str) -> None:
     import argparse
 
-    from matprobe.cli_args import seed
+    from matprobe.cli.args import seed
 
     with pytest.raises(argparse.ArgumentTypeError, match=r"whole number|2\^63"):
         seed(bad)

@@ -204,7 +204,7 @@ def test_manifest_that_is_not_toml(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_tokens_are_inferred_from_the_lm_head_only_when_it_fits() -> None:
-    from matprobe.cli import _infer_tokens
+    from matprobe.cli.run import _infer_tokens
     from matprobe.profile.profiles import load_specs
 
     assert _infer_tokens(load_specs().specs) == 95  # lm_head 95 calls, the rest 2280

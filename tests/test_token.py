@@ -22,8 +22,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the token needs torch (the CPU build is enough)")
 
-from matprobe.cli import _infer_tokens  # noqa: E402
-from matprobe.cli_token import register  # noqa: E402
+from matprobe.cli.run import _infer_tokens  # noqa: E402
+from matprobe.cli.token import register  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
 from matprobe.profile.analysis import AnalyzeOptions, analyze  # noqa: E402
 from matprobe.profile.jsonl import scan  # noqa: E402

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from matprobe.cli_args import positive
+from matprobe.cli.args import positive
 from matprobe.errors import MatprobeError
 from matprobe.safetext import term_safe
 

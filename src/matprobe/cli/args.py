@@ -1,9 +1,11 @@
-"""Argument types every subcommand shares (kept apart from ``cli.py``, which
-imports the subcommand modules)."""
+"""Argument types and options every subcommand shares: numbers, seeds, ``--wide``,
+where specs come from (a profile or ``--model``), ``--plugin``."""
 
 from __future__ import annotations
 
 import argparse
+
+from matprobe.spec import DTYPES
 
 
 def non_negative(text: str) -> int:
@@ -48,3 +50,42 @@ WIDE_HELP = (
     "every column and every note in place (default: the text report fits 100 columns, "
     "leaving out empty columns, then the least telling, and says which)"
 )
+
+
+def _add_spec_source(p: argparse.ArgumentParser) -> None:
+    """Where specs come from: a profile (default: the built-in one) or a model config."""
+    p.add_argument(
+        "profile",
+        metavar="PROFILE",
+        nargs="?",
+        help="JSONL profile or text summary (default: the built-in profile)",
+    )
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="one decode step of a model config instead ('--model list' names them)",
+    )
+    p.add_argument(
+        "--context",
+        type=positive,
+        default=128,
+        metavar="L",
+        help="attention context length for --model (default 128)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="weight format for --model (default f16), or the dtype of profile "
+        "specs that do not state one",
+    )
+
+
+def _add_plugin(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE",
+        help="also the variant families of this module (its FAMILIES), importable "
+        "from the current directory or sys.path; repeatable (a manifest may list "
+        "them too: plugins = [...])",
+    )

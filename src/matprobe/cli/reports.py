@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from matprobe.cli_args import WIDE_HELP
+from matprobe.cli.args import WIDE_HELP
 from matprobe.errors import MatprobeError
 
 EXIT_OK = 0

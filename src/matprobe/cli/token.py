@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TextIO
 
-from matprobe.cli_args import positive
+from matprobe.cli.args import positive
 from matprobe.errors import MatprobeError
 from matprobe.safetext import term_safe
 
