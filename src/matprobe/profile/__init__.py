@@ -1,6 +1,7 @@
 """The profile side: what a decode profile says, read and analysed.
 
-* :mod:`~matprobe.profile.jsonl` — the streaming JSONL scan of a profiler trace;
+* :mod:`~matprobe.profile.jsonl` — the streaming JSONL scan of a profiler trace, into what
+  :mod:`~matprobe.profile.events` says a scan gathers;
 * :mod:`~matprobe.profile.textsummary` — the profiler's text summary;
 * :mod:`~matprobe.profile.analysis` — the analyzer's sections (``matprobe analyze``);
 * :mod:`~matprobe.profile.profiles` — a profile's matmul specs, the built-in profile;

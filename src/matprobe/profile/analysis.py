@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from matprobe.profile.jsonl import PROBLEM_KINDS, Problems, ProfileScan
+from matprobe.profile.events import PROBLEM_KINDS, Problems, ProfileScan
 from matprobe.profile.textsummary import more_line
 from matprobe.safetext import term_safe
 from matprobe.stats import Stats

@@ -13,7 +13,8 @@ from importlib import resources
 from pathlib import Path
 
 from matprobe.errors import ProfileError, SpecError
-from matprobe.profile.jsonl import ProfileScan, open_text, scan
+from matprobe.profile.events import ProfileScan
+from matprobe.profile.jsonl import open_text, scan
 from matprobe.profile.models import ATTENTION_DTYPE_Q8_0
 from matprobe.profile.textsummary import read_summary
 from matprobe.safetext import term_safe

@@ -19,7 +19,7 @@ come from a second generator and do not move the clock, so removing them from
 a broken file gives exactly the clean file of the same seed.
 """
 
-from matprobe.profile.jsonl import EVENT_TYPES  # the schema's types: each appears in a default run
+from matprobe.profile.events import EVENT_TYPES
 from matprobe.profile.synth.model import (
     BAD_CATEGORIES,
     SECTIONS,
