@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from matprobe.harness.results import PairResult, Status
-from matprobe.harness.store import ResultStore
+from matprobe.run.store import ResultStore
 
 
 def load(path: str) -> dict[tuple[str, str], PairResult]:

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from matprobe.harness.device import DeviceInfo
-from matprobe.harness.report import Report, SpecResults, assemble_report
 from matprobe.harness.results import (
     Clocks,
     ClockStats,
@@ -25,9 +24,11 @@ from matprobe.harness.results import (
     Ratio,
     Status,
 )
-from matprobe.harness.store import ResultStore
-from matprobe.harness.stored_report import report_record
 from matprobe.harness.timing import TimingPolicy
+from matprobe.report.build import SpecResults, assemble_report
+from matprobe.report.model import Report
+from matprobe.report.stored_report import report_record
+from matprobe.run.store import ResultStore
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance
 from matprobe.stats import Stats
 

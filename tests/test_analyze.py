@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from matprobe.analysis import AnalyzeOptions, analyze, render_text, to_json
-from matprobe.jsonl import kernel_type, legacy_matmul_meta, scan, scan_lines
-from matprobe.profiles import specs_from_scan
+from matprobe.profile.analysis import AnalyzeOptions, analyze, render_text, to_json
+from matprobe.profile.jsonl import kernel_type, legacy_matmul_meta, scan, scan_lines
+from matprobe.profile.profiles import specs_from_scan
+from matprobe.profile.synth import SynthConfig, Truth, generate
 from matprobe.spec import MatmulSpec
 from matprobe.stats import Stats
-from matprobe.synth import SynthConfig, Truth, generate
 
 ALL = AnalyzeOptions(top=0, kernel_top=0, include_kernel_totals=True)
 
@@ -219,7 +219,7 @@ def test_kernel_filter_is_case_insensitive_substring(tmp_path: Path) -> None:
 
 
 def test_parallel_scan_equals_single_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import matprobe.jsonl as jsonl
+    import matprobe.profile.jsonl as jsonl
 
     lines, truth = generate(SynthConfig(tokens=8, layers=3, seed=9))
     path = tmp_path / "p.jsonl"

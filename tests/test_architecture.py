@@ -1,10 +1,17 @@
 """The package's shape, read from its source with ``ast`` (nothing is imported):
 
 * the harness never imports a family module — the catalogue of shipped
-  families belongs to ``matprobe.variants``, and the harness knows a registry
-  only as a factory string;
+  families belongs to ``matprobe.variants``, and the harness (the measurement
+  core, the run side and the report side) knows a registry only as a factory string;
 * the import graph of ``matprobe.*`` has no cycle, module-level imports or
-  any other (inside functions, under ``TYPE_CHECKING``).
+  any other (inside functions, under ``TYPE_CHECKING``);
+* the folders of the loop keep their boundaries: ``profile/`` (reading
+  profiles) imports only the shared core; the measurement core (``harness/``)
+  nothing of the stages around it; ``report/`` reads results and never reaches
+  into the measurement core beyond what a result, a device, a timing policy and
+  a variant are, nor into the run side beyond the plan, the store and calls per
+  token; of ``run/``, only the session (a run from specs to its report) imports
+  ``report/``; and only the entry points (``python -m matprobe``) import ``cli/``.
 """
 
 from __future__ import annotations
@@ -120,12 +127,16 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_is_read() -> None:
     """Guards the other tests against passing on an empty graph."""
     graph = import_graph(module_level_only=True)
-    assert "matprobe.harness.session" in graph and "matprobe.variants.catalogue" in graph
+    assert "matprobe.run.session" in graph and "matprobe.variants.catalogue" in graph
     assert "matprobe.harness.variants" in graph["matprobe.variants.catalogue"]
     assert "matprobe.variants.triton_gemv" in graph["matprobe.variants.catalogue"]
-    assert "matprobe.harness.runner" in graph["matprobe.harness.session"]
+    assert "matprobe.run.runner" in graph["matprobe.run.session"]
     everywhere = import_graph(module_level_only=False)
-    assert "matprobe.harness.session" in everywhere["matprobe.cli"]  # imported in cmd_run
+    assert "matprobe.run.session" in everywhere["matprobe.cli.run"]  # imported in cmd_run
+
+
+#: The packages of the harness: the measurement core, the run side, the report side.
+HARNESS = ("matprobe.harness", "matprobe.run", "matprobe.report")
 
 
 def test_the_harness_imports_no_family_module() -> None:
@@ -133,13 +144,13 @@ def test_the_harness_imports_no_family_module() -> None:
     offenders = {
         f"{module} imports {target}"
         for module, targets in graph.items()
-        if module.startswith("matprobe.harness")
+        if module.startswith(HARNESS)
         for target in targets
         if target == "matprobe.variants" or target.startswith("matprobe.variants.")
     }
     assert not offenders
     importers = {m for m, targets in graph.items() if "matprobe.variants.catalogue" in targets}
-    assert not {m for m in importers if m.startswith("matprobe.harness")}
+    assert not {m for m in importers if m.startswith(HARNESS)}
 
 
 @pytest.mark.parametrize("module_level_only", [True, False])
@@ -151,6 +162,98 @@ def test_the_import_graph_has_no_cycle(module_level_only: bool) -> None:
     assert cycle is None, " -> ".join(cycle or [])
 
 
+#: The shared core every stage may use: the spec and what it is built from.
+SHARED_CORE = {
+    "matprobe",
+    "matprobe.errors",
+    "matprobe.quant",
+    "matprobe.quiet_profiler",
+    "matprobe.safetext",
+    "matprobe.spec",
+    "matprobe.stats",
+}
+
+
+def _reaching(graph: dict[str, set[str]], package: str, allowed: set[str]) -> set[str]:
+    """``module imports target`` for every import of ``package``'s modules that
+    leaves the package for a module outside ``allowed`` (a name or a package prefix)."""
+    inside = (package, f"{package}.")
+    return {
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if module.startswith(inside)
+        for target in targets
+        if not target.startswith(inside)
+        and not any(target == a or target.startswith(f"{a}.") for a in allowed - {"matprobe"})
+        and target != "matprobe"
+    }
+
+
+def test_the_profile_side_imports_only_the_shared_core() -> None:
+    """Reading a profile needs no harness, runner, report or family: ``profile/``
+    imports ``spec``, ``stats``, ``errors``, ``safetext`` and itself."""
+    graph = import_graph(module_level_only=False)
+    assert any(m.startswith("matprobe.profile.") for m in graph)
+    assert not _reaching(graph, "matprobe.profile", SHARED_CORE)
+
+
+def test_the_measurement_core_imports_none_of_the_stages_around_it() -> None:
+    """``harness/`` judges one pair: it knows no profile, run, report or command."""
+    graph = import_graph(module_level_only=False)
+    assert not _reaching(graph, "matprobe.harness", SHARED_CORE)
+
+
+#: What ``report/`` may know of the measurement core: what a result, a device, a
+#: timing policy and a variant are — never how a pair is built, judged or timed;
+#: and of the run side: the plan and its outcome, the store, calls per token —
+#: never a worker, an executor or the session.
+REPORT_SEES = {
+    "matprobe.harness.results",
+    "matprobe.harness.device",
+    "matprobe.harness.timing",
+    "matprobe.harness.variants",
+    "matprobe.run.runner",
+    "matprobe.run.store",
+    "matprobe.run.per_token",
+}
+
+
+def test_the_report_side_reads_results_and_never_measures() -> None:
+    graph = import_graph(module_level_only=False)
+    assert any(m.startswith("matprobe.report.") for m in graph)
+    assert not _reaching(graph, "matprobe.report", SHARED_CORE | REPORT_SEES)
+
+
+def test_of_the_run_side_only_the_session_imports_the_report_side() -> None:
+    """A run measures and stores; the session, which takes chosen specs to a
+    report, is the one module of ``run/`` that asks ``report/`` for it."""
+    graph = import_graph(module_level_only=False)
+    importers = {
+        module
+        for module, targets in graph.items()
+        if module.startswith("matprobe.run")
+        and any(t.startswith("matprobe.report") for t in targets)
+    }
+    assert importers == {"matprobe.run.session"}
+    everywhere = set(SHARED_CORE) | {"matprobe.harness", "matprobe.report"}
+    assert not _reaching(graph, "matprobe.run", everywhere)  # no profile, cli, token...
+
+
+def test_only_the_entry_points_import_the_command_line() -> None:
+    """``cli/`` is the top: one module per subcommand, over the library; nothing
+    of the library imports it back."""
+    graph = import_graph(module_level_only=False)
+    assert {"matprobe.cli.run", "matprobe.cli.reports"} <= graph["matprobe.cli"]
+    importers = {
+        module
+        for module, targets in graph.items()
+        if module != "matprobe.cli"
+        and not module.startswith("matprobe.cli.")
+        and any(t == "matprobe.cli" or t.startswith("matprobe.cli.") for t in targets)
+    }
+    assert importers == {"matprobe.__main__"}
+
+
 def test_the_cycle_finder_finds_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
@@ -159,7 +262,7 @@ def test_the_cycle_finder_finds_one() -> None:
 def test_importing_the_harness_loads_no_family_module() -> None:
     """The same at run time: every harness module imported, no family module loaded
     (the registry is built from a factory string, where it is needed)."""
-    harness = sorted(m for m in MODULES if m.startswith("matprobe.harness."))
+    harness = sorted(m for m in MODULES if m.startswith(tuple(f"{p}." for p in HARNESS)))
     code = "\n".join(
         [
             "import importlib, sys",

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from matprobe.cli import main
-from matprobe.harness.report_html import plotly_bundle
+from matprobe.report.html import plotly_bundle
 from stored_runs import HOSTILE_SHOWN, PLUGIN, store_run
 
 #: Debian's binary first: /usr/bin/chromium is a shell wrapper around it.

@@ -29,7 +29,9 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own convention
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import matprobe.cli
-from matprobe.capture import (
+from matprobe.cli.capture import register
+from matprobe.errors import MatprobeError
+from matprobe.profile.capture import (
     Capture,
     capture_decode,
     compare_capture,
@@ -38,14 +40,12 @@ from matprobe.capture import (
     resolve_model,
     write_profile,
 )
-from matprobe.capture import compare as compare_module
-from matprobe.capture.aten import layout_transposed, recording
-from matprobe.capture.compare import comparable
-from matprobe.cli_capture import register
-from matprobe.errors import MatprobeError
-from matprobe.jsonl import scan
-from matprobe.models import ModelConfig, decode_specs, get_model
-from matprobe.profiles import load_specs
+from matprobe.profile.capture import compare as compare_module
+from matprobe.profile.capture.aten import layout_transposed, recording
+from matprobe.profile.capture.compare import comparable
+from matprobe.profile.jsonl import scan
+from matprobe.profile.models import ModelConfig, decode_specs, get_model
+from matprobe.profile.profiles import load_specs
 from matprobe.spec import MatmulSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "capture"
@@ -109,7 +109,7 @@ def biased_llama(tmp_path_factory: pytest.TempPathFactory) -> Capture:
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, str]]:
     """``matprobe ARGS`` through the real ``main`` (its error handling included), with
-    ``capture`` registered as cli.py does once its ``register`` line is in."""
+    ``capture`` registered as matprobe.cli does once its ``register`` line is in."""
     build = matprobe.cli.build_parser
 
     def build_with_capture() -> argparse.ArgumentParser:

@@ -131,7 +131,7 @@ def test_shapes_model_list_and_model(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_analyze_gzip_and_plain_agree(tmp_path: Path) -> None:
-    from matprobe.synth import SynthConfig, generate
+    from matprobe.profile.synth import SynthConfig, generate
 
     lines, _ = generate(SynthConfig(tokens=2, layers=2, seed=3))
     plain = tmp_path / "p.jsonl"
@@ -226,7 +226,7 @@ def test_a_profile_without_dtypes_gets_one_and_says_which(
     """Every seed summary names no dtype: ``matprobe run`` on one recorded a run of
     "unsupported: no dtype" pairs. Now the profile's own signs decide (Q8_0 loaders
     and kernels), else f16 — said in one warning; ``--dtype`` decides silently."""
-    from matprobe.profiles import load_specs
+    from matprobe.profile.profiles import load_specs
 
     loaded = load_specs(seed(prefix))
     assert all(s.dtype for s in loaded.specs)

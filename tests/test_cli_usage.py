@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch", reason="the run command needs torch (CPU build is enough)")
 
 from matprobe.cli import main
-from matprobe.harness.store import ResultStore
+from matprobe.run.store import ResultStore
 
 SMALL = (
     "Matmul shape backend summary:\n"
@@ -240,9 +240,9 @@ def test_strict_fails_on_any_failure_and_nothing_passing_is_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.report import Report, Row, SpecSection, run_problems
     from matprobe.harness.results import ErrorKind, PairResult, Status
     from matprobe.harness.timing import TimingPolicy
+    from matprobe.report.model import Report, Row, SpecSection, run_problems
     from matprobe.spec import MatmulSpec
 
     spec = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=5 | k=3 | tA=0 | tB=1 | dtype=f32")

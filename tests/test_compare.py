@@ -15,7 +15,7 @@ import pytest
 
 from conftest import digest
 from conftest import run_cli as matprobe
-from matprobe.harness.compare import (
+from matprobe.report.compare import (
     RatioEstimate,
     Thresholds,
     Verdict,

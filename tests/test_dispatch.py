@@ -341,7 +341,7 @@ def test_the_dispatch_command_needs_a_store(tmp_path: Path, capsys: Any) -> None
 def judged(entry: Entry, tmp_path: Path, **changes: Any) -> Path:
     """A store holding ``entry``'s PASS as a run of the code installed now records it."""
     from matprobe.harness.results import Status
-    from matprobe.harness.store import ResultStore
+    from matprobe.run.store import ResultStore
 
     grid = {name: (value,) for name, value in entry.params.items()}
     (variant,) = shipped_registry().family(entry.family).variants(grid)

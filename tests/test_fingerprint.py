@@ -29,7 +29,9 @@ from matprobe.harness.fingerprint import (
     module_fingerprint,
 )
 from matprobe.harness.results import ErrorKind, ErrorMetrics, PairResult, Status
-from matprobe.harness.runner import (
+from matprobe.harness.timing import TimingPolicy
+from matprobe.harness.variants import KernelFn, Variant, variant_family
+from matprobe.run.runner import (
     ERRORED,
     FORCED,
     NEW,
@@ -38,9 +40,7 @@ from matprobe.harness.runner import (
     PairState,
     make_plan,
 )
-from matprobe.harness.store import ResultStore
-from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import KernelFn, Variant, variant_family
+from matprobe.run.store import ResultStore
 from matprobe.spec import MatmulSpec
 
 # ---- a family module in a temporary package ------------------------------------------
@@ -254,7 +254,7 @@ def test_measurement_modules_are_the_listed_ones_that_exist() -> None:
     found = measurement_sources()
     assert {"matprobe.harness.timing", "matprobe.harness.validate"} <= set(found)
     assert all(n.rpartition(".")[2] in fingerprint.MEASUREMENT_MODULES for n in found)
-    assert "matprobe.harness.report" not in found
+    assert "matprobe.report.build" not in found
 
 
 def test_policy_fingerprint_follows_the_measurement_code(measurement_copy: Path) -> None:

@@ -27,15 +27,15 @@ from matprobe.harness.inputs import (  # noqa: E402
     shapes,
 )
 from matprobe.harness.measure import PairContext, classify, measure_pair_safely  # noqa: E402
-from matprobe.harness.report import (  # noqa: E402
-    build_report,
-    render_markdown,
-    to_csv,
-    to_json,
-)
-from matprobe.harness.report_text import render_terminal  # noqa: E402
 from matprobe.harness.results import ErrorKind, Status  # noqa: E402
-from matprobe.harness.runner import (  # noqa: E402
+from matprobe.harness.timing import TimingPolicy  # noqa: E402
+from matprobe.harness.validate import compare, spec_tolerance, tolerance  # noqa: E402
+from matprobe.harness.variants import Variant  # noqa: E402
+from matprobe.report.build import build_report  # noqa: E402
+from matprobe.report.json_csv import to_csv, to_json  # noqa: E402
+from matprobe.report.markdown import render_markdown  # noqa: E402
+from matprobe.report.text import render_terminal  # noqa: E402
+from matprobe.run.runner import (  # noqa: E402
     ERRORED,
     NEW,
     POLICY_CHANGED,
@@ -44,11 +44,9 @@ from matprobe.harness.runner import (  # noqa: E402
     execute,
     make_plan,
 )
-from matprobe.harness.store import ResultStore  # noqa: E402
-from matprobe.harness.timing import TimingPolicy  # noqa: E402
-from matprobe.harness.validate import compare, spec_tolerance, tolerance  # noqa: E402
-from matprobe.harness.variants import Variant  # noqa: E402
-from matprobe.harness.worker import Task, run_tasks  # noqa: E402
+from matprobe.run.store import ResultStore  # noqa: E402
+from matprobe.run.task import Task  # noqa: E402
+from matprobe.run.worker import run_tasks  # noqa: E402
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance  # noqa: E402
 from matprobe.stats import Stats  # noqa: E402
 
@@ -478,7 +476,7 @@ def test_two_runs_on_one_store_share_the_work(
     measured once — by whichever run claimed its chunk — and both runs report every pair."""
     import threading
 
-    from matprobe.harness import runner as runner_mod
+    from matprobe.run import runner as runner_mod
 
     monkeypatch.setattr(runner_mod, "SOLO_CLAIM_CHUNK", 2)
     specs = [spec_of(n=n) for n in (5, 6, 7, 8, 9, 10)]
@@ -525,7 +523,7 @@ def test_a_pair_another_run_measured_and_released_is_taken_not_measured_again(
     """Run B planned a pair; run A measured it, stored it and ended (its claims void)
     before B got to it: B's claim succeeds, and B takes A's row instead of measuring
     the pair a second time (found on CI: two runs on one store measured a pair twice)."""
-    from matprobe.harness.work import WorkQueue
+    from matprobe.run.work import WorkQueue
 
     pair_spec = spec_of(n=9)
     with ResultStore(tmp_path / "s.db") as store:
@@ -614,7 +612,7 @@ def test_report_ranks_only_valid_results(tmp_path: Path) -> None:
 
 
 def test_impact_uses_counts_and_tokens() -> None:
-    from matprobe.harness.report import Report, SpecSection
+    from matprobe.report.model import Report, SpecSection
 
     spec = _profiled(spec_of(), count=240, avg_ms=0.2)
     section = SpecSection(spec, (), (), "base", "fast", baseline_us=10.0, best_us=6.0)

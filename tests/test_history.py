@@ -11,11 +11,12 @@ import pytest
 
 from conftest import digest
 from conftest import run_cli as matprobe
-from matprobe.harness.report import render_markdown, to_json
-from matprobe.harness.report_text import render_terminal
-from matprobe.harness.store import ResultStore, StoreError
-from matprobe.harness.stored_report import load_report
 from matprobe.harness.timing import TimingPolicy
+from matprobe.report.json_csv import to_json
+from matprobe.report.markdown import render_markdown
+from matprobe.report.stored_report import load_report
+from matprobe.report.text import render_terminal
+from matprobe.run.store import ResultStore, StoreError
 from stored_runs import (
     BASELINE,
     GEMV,

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from matprobe import jsonl
-from matprobe.analysis import AnalyzeOptions, analyze, render_text, to_json
 from matprobe.errors import ProfileError
-from matprobe.jsonl import scan
-from matprobe.synth import SynthConfig, generate
+from matprobe.profile import jsonl
+from matprobe.profile.analysis import AnalyzeOptions, analyze, render_text, to_json
+from matprobe.profile.jsonl import scan
+from matprobe.profile.synth import SynthConfig, generate
 
 ALL = AnalyzeOptions(top=0, kernel_top=0, include_kernel_totals=True)
 

@@ -340,7 +340,7 @@ def test_the_seed_is_not_part_of_the_policy_fingerprint() -> None:
 def test_a_bad_seed_is_refused_with_its_range(bad: str) -> None:
     import argparse
 
-    from matprobe.cli_args import seed
+    from matprobe.cli.args import seed
 
     with pytest.raises(argparse.ArgumentTypeError, match=r"whole number|2\^63"):
         seed(bad)
@@ -441,8 +441,8 @@ def test_an_edit_to_a_module_it_ran_makes_the_cached_result_stale(
     """A family whose kernel, kept where its fingerprint cannot see, is edited to write
     zeros keeps no cached PASS: the plan measures it again, and no table exports it."""
     from matprobe.harness.fingerprint import changed_sources
-    from matprobe.harness.runner import LOADED_CHANGED, PairState, make_plan
-    from matprobe.harness.store import ResultStore
+    from matprobe.run.runner import LOADED_CHANGED, PairState, make_plan
+    from matprobe.run.store import ResultStore
 
     variant, helper = _hidden_family(tmp_path, monkeypatch)
     s = spec(SPECS[0])

@@ -8,9 +8,9 @@ import pytest
 
 from conftest import digest
 from matprobe.cli import main
-from matprobe.harness.merge import merge_stores
 from matprobe.harness.results import PairResult
-from matprobe.harness.store import ResultKey, ResultStore
+from matprobe.run.merge import merge_stores
+from matprobe.run.store import ResultKey, ResultStore
 from test_store import make_result
 
 

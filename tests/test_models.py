@@ -1,4 +1,4 @@
-"""Tests for matprobe.models: decode-step shapes derived from model configs.
+"""Tests for matprobe.profile.models: decode-step shapes derived from model configs.
 
 The Qwen2.5-0.5B shapes are checked against the real profile (seeds/001), and
 every model's config numbers against its published parameter count, so a
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from matprobe.errors import MatprobeError
-from matprobe.models import (
+from matprobe.profile.models import (
     MODELS,
     ROLES,
     ModelConfig,

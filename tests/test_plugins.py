@@ -17,9 +17,9 @@ import pytest
 pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 from matprobe.cli import main
-from matprobe.harness.manifest import ManifestError, parse_manifest
-from matprobe.harness.store import ResultStore
 from matprobe.harness.variants import SHIPPED_FACTORY, registry_with_plugins
+from matprobe.run.manifest import ManifestError, parse_manifest
+from matprobe.run.store import ResultStore
 from matprobe.variants.catalogue import shipped_registry
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -17,17 +17,17 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 import fake_variants  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
-from matprobe.harness import runner as runner_mod  # noqa: E402
-from matprobe.harness import worker as worker_mod  # noqa: E402
 from matprobe.harness.device import DeviceInfo  # noqa: E402
 from matprobe.harness.measure import PairContext, measure_pair_safely  # noqa: E402
-from matprobe.harness.pool import DeviceSlot, cuda_slots, parse_gpus, run_on_slots  # noqa: E402
 from matprobe.harness.results import ErrorKind, Status  # noqa: E402
-from matprobe.harness.runner import PairState, execute, make_plan  # noqa: E402
-from matprobe.harness.store import ResultStore  # noqa: E402
 from matprobe.harness.timing import TimingPolicy  # noqa: E402
 from matprobe.harness.variants import Variant  # noqa: E402
-from matprobe.harness.worker import Task  # noqa: E402
+from matprobe.run import runner as runner_mod  # noqa: E402
+from matprobe.run import worker as worker_mod  # noqa: E402
+from matprobe.run.pool import DeviceSlot, cuda_slots, parse_gpus, run_on_slots  # noqa: E402
+from matprobe.run.runner import PairState, execute, make_plan  # noqa: E402
+from matprobe.run.store import ResultStore  # noqa: E402
+from matprobe.run.task import Task  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
 CPU = DeviceInfo(kind="cpu", name="test-cpu")
@@ -268,7 +268,7 @@ def test_every_card_measures_its_own_peaks_in_its_worker_with_its_share_of_the_c
     """Each slot's worker calls the peaks function once, as it starts (all cards at
     once, no card waiting for another's sweep), with its share of the host's cores;
     the run gets them back by slot label, in slot order."""
-    from matprobe.harness.pool import card_peaks_note, cores_per_slot
+    from matprobe.run.pool import card_peaks_note, cores_per_slot
 
     items = iter([[Task(i, spec(5 + i), REGISTRY.family("fake.exact").variants()[0])]
                   for i in range(4)])  # fmt: skip
@@ -298,7 +298,7 @@ def test_every_card_measures_its_own_peaks_in_its_worker_with_its_share_of_the_c
     ("slots", "cores", "share"), [(1, 64, None), (2, 64, 32), (4, 64, 16), (3, 2, 1), (8, 4, 1)]
 )
 def test_workers_sharing_a_host_share_its_cores(slots: int, cores: int, share: int | None) -> None:
-    from matprobe.harness.pool import cores_per_slot
+    from matprobe.run.pool import cores_per_slot
 
     assert cores_per_slot(slots, cores) == share
 
@@ -309,7 +309,7 @@ def test_each_card_is_handed_more_of_its_spec_and_keeps_off_another_cards(
     """Three specs' chunks, most work first, two cards asking in turn: each card stays
     on a spec of its own while that spec has chunks (it builds the spec's timing bench
     once), and only the last spec is shared."""
-    from matprobe.harness.work import WorkQueue
+    from matprobe.run.work import WorkQueue
 
     exact = REGISTRY.family("fake.exact").variants()[0]
     specs = {s.key(): s for s in (spec(40), spec(30), spec(20))}

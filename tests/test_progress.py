@@ -6,15 +6,15 @@ import io
 
 import pytest
 
-from matprobe.harness import progress as progress_mod
-from matprobe.harness.progress import (
+from matprobe.report import progress as progress_mod
+from matprobe.report.progress import (
     NoProgress,
     PairProgress,
     TerminalProgress,
     progress_bar,
     run_progress,
 )
-from matprobe.harness.runner import Progress
+from matprobe.run.runner import Progress
 from stored_runs import HOSTILE
 
 tqdm = pytest.importorskip("tqdm", reason="the bar is tqdm's (in the gpu extra)")

@@ -174,7 +174,7 @@ def test_the_quantized_profile_runs_q8_0_weights_and_fp16_attention() -> None:
     """``run 003_… --dtype q8_0``: weights quantized, the KV cache's matmuls in fp16,
     the fused specs' unknown layout filled in as a fused kernel reads it."""
     from conftest import seed
-    from matprobe.profiles import load_specs
+    from matprobe.profile.profiles import load_specs
 
     loaded = load_specs(seed("003"), default_dtype="q8_0")
     by_dtype: dict[str, list[MatmulSpec]] = {}

@@ -263,7 +263,7 @@ def test_a_declaration_covers_only_the_rounding_it_names(key: str) -> None:
 
 
 def test_a_declared_row_is_tagged_in_the_report() -> None:
-    from matprobe.harness.report import _row
+    from matprobe.report.build import _row
 
     s = spec(HARNESS_SHAPES[0])
     honest = measure(s, Variant(DECLARED_INT8))

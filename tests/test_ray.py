@@ -22,13 +22,13 @@ pytest.importorskip("torch", reason="the harness needs torch (CPU build is enoug
 import ray_variants  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.ray_pool import RayCluster, connect  # noqa: E402
-from matprobe.harness.report import build_report  # noqa: E402
 from matprobe.harness.results import Status  # noqa: E402
-from matprobe.harness.runner import RunOutcome, execute, make_plan  # noqa: E402
-from matprobe.harness.store import ResultStore  # noqa: E402
 from matprobe.harness.timing import TimingPolicy  # noqa: E402
 from matprobe.harness.variants import Variant  # noqa: E402
+from matprobe.report.build import build_report  # noqa: E402
+from matprobe.run.ray_pool import RayCluster, connect  # noqa: E402
+from matprobe.run.runner import RunOutcome, execute, make_plan  # noqa: E402
+from matprobe.run.store import ResultStore  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
 FACTORY = "ray_variants:registry"

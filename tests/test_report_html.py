@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from matprobe.harness import report_html
-from matprobe.harness.compare import compare_reports
-from matprobe.harness.report import Report
-from matprobe.harness.report_html import render_compare_html, render_html, script_json
-from matprobe.harness.svg_plot import Axis, TimedRow, timing_chart
+from matprobe.report import html as report_html
+from matprobe.report.compare import compare_reports
+from matprobe.report.html import render_compare_html, render_html, script_json
+from matprobe.report.model import Report
+from matprobe.report.svg_plot import Axis, TimedRow, timing_chart
 from stored_runs import (
     CRASHING,
     FAILING,

@@ -13,13 +13,16 @@ import pytest
 
 from matprobe.cli import main
 from matprobe.harness.device import DeviceInfo
-from matprobe.harness.report import HEADERS, Report, build_report, render_markdown
-from matprobe.harness.report_text import render_terminal
 from matprobe.harness.results import Clocks, ClockStats, PairResult, Ratio
-from matprobe.harness.runner import PairState, Plan, PlannedPair, RunOutcome
-from matprobe.harness.store import ResultStore
-from matprobe.harness.text_table import Column, render_table, wrap, wrap_at
 from matprobe.harness.timing import TimingPolicy
+from matprobe.report.build import build_report
+from matprobe.report.cells import HEADERS
+from matprobe.report.markdown import render_markdown
+from matprobe.report.model import Report
+from matprobe.report.tables import Column, render_table, wrap, wrap_at
+from matprobe.report.text import render_terminal
+from matprobe.run.runner import PairState, Plan, PlannedPair, RunOutcome
+from matprobe.run.store import ResultStore
 from test_report_verdicts import (
     BASE,
     NUMPY,

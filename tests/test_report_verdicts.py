@@ -13,18 +13,15 @@ from typing import Any
 import pytest
 
 from matprobe.harness.device import DeviceInfo
-from matprobe.harness.report import (
-    Report,
-    build_report,
-    render_markdown,
-    to_csv,
-    to_json,
-)
-from matprobe.harness.report_text import render_terminal
 from matprobe.harness.results import Clocks, ClockStats, ErrorMetrics, PairResult, Ratio, Status
-from matprobe.harness.runner import PairState, Plan, PlannedPair, RunOutcome
 from matprobe.harness.timing import TimingPolicy
 from matprobe.harness.variants import Variant, VariantFamily
+from matprobe.report.build import build_report
+from matprobe.report.json_csv import to_csv, to_json
+from matprobe.report.markdown import render_markdown
+from matprobe.report.model import Report
+from matprobe.report.text import render_terminal
+from matprobe.run.runner import PairState, Plan, PlannedPair, RunOutcome
 from matprobe.safetext import md_safe, term_safe
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance
 from matprobe.stats import Stats

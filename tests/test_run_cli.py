@@ -12,8 +12,8 @@ pytest.importorskip("torch", reason="the harness needs torch (CPU build is enoug
 
 from matprobe.cli import main
 from matprobe.errors import MatprobeError
-from matprobe.harness.manifest import ManifestError, load_manifest, parse_manifest
-from matprobe.harness.store import ResultStore
+from matprobe.run.manifest import ManifestError, load_manifest, parse_manifest
+from matprobe.run.store import ResultStore
 from matprobe.variants.catalogue import shipped_registry
 
 
@@ -204,8 +204,8 @@ def test_manifest_that_is_not_toml(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_tokens_are_inferred_from_the_lm_head_only_when_it_fits() -> None:
-    from matprobe.cli import _infer_tokens
-    from matprobe.profiles import load_specs
+    from matprobe.cli.run import _infer_tokens
+    from matprobe.profile.profiles import load_specs
 
     assert _infer_tokens(load_specs().specs) == 95  # lm_head 95 calls, the rest 2280
     qkv_only = [s for s in load_specs().specs if s.op == "matmul_bias_add"]
@@ -222,7 +222,7 @@ def test_disabled_family_runs_only_when_named() -> None:
 
 
 def test_cpu_default_run_validates_one_point_per_triton_family() -> None:
-    from matprobe.harness.session import one_point_per_interpreted_family
+    from matprobe.run.selection import one_point_per_interpreted_family
 
     registry = shipped_registry()
     variants = load_manifest(None, registry).variants(registry)
@@ -237,8 +237,8 @@ def test_the_report_explains_pdl_only_when_a_pdl_variant_runs() -> None:
     """pdl=1 figures include overlap with the previous call: the report must say so
     whenever one is measured (or cached), and not otherwise. The note comes from the
     family's declared trait (``early_launch_param``), not from a name the CLI knows."""
-    from matprobe.harness.report import early_launch_note
-    from matprobe.harness.runner import PairState, Plan, PlannedPair
+    from matprobe.report.build import early_launch_note
+    from matprobe.run.runner import PairState, Plan, PlannedPair
     from matprobe.spec import MatmulSpec
     from matprobe.variants.triton_gemv import GEMV_NT
 
@@ -347,7 +347,7 @@ def test_each_pattern_reaches_the_off_families_on_its_own() -> None:
 
 def test_the_rule_is_said_when_nothing_matches(tmp_path: Path) -> None:
     with pytest.raises(MatprobeError, match="turns off runs for a --variants pattern"):
-        from matprobe.harness.session import RunOptions, RunSession
+        from matprobe.run.session import RunOptions, RunSession
 
         manifest = tmp_path / "m.toml"
         off = ("torch.matmul", "numpy.matmul", "mlx.matmul")

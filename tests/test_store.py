@@ -22,7 +22,7 @@ from matprobe.harness.results import (
     PairResult,
     Status,
 )
-from matprobe.harness.store import (
+from matprobe.run.store import (
     ResultKey,
     ResultStore,
     RunRecord,
@@ -305,7 +305,7 @@ def test_a_killed_run_is_abandoned_not_running_forever(tmp_path: Path) -> None:
     import sys
 
     code = (
-        "import sys, os, signal; from matprobe.harness.store import ResultStore\n"
+        "import sys, os, signal; from matprobe.run.store import ResultStore\n"
         "s = ResultStore(sys.argv[1]); s.start_run('matprobe run', {})\n"
         "os.kill(os.getpid(), signal.SIGKILL)"
     )

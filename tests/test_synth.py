@@ -1,6 +1,6 @@
 """The synthetic profile generator: determinism, coverage, and an honest answer key.
 
-The answer key (:class:`~matprobe.synth.Truth`) is recorded from the
+The answer key (:class:`~matprobe.profile.synth.Truth`) is recorded from the
 generator's decisions; here a small, separate reading of the emitted lines
 (the rules of DESIGN.md §3.2 as the brief states them) must agree with it.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from matprobe.synth import (
+from matprobe.profile.synth import (
     BAD_CATEGORIES,
     EVENT_TYPES,
     SECTIONS,

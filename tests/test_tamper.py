@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 from matprobe.cli import main  # noqa: E402
 from matprobe.harness import validate  # noqa: E402
 from matprobe.harness.results import ErrorKind, Status  # noqa: E402
-from matprobe.harness.store import ResultStore  # noqa: E402
 from matprobe.harness.tamper import Snapshot  # noqa: E402
+from matprobe.run.store import ResultStore  # noqa: E402
 from test_plugins import PLUGIN  # noqa: E402
 
 ONE_SPEC = ("--device", "cpu", "--op", "matmul_bias_add")

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli, seed
-from matprobe.analysis import AnalyzeOptions, ShapeRow, analyze, render_text, shape_rows
 from matprobe.errors import ProfileError, SpecError
-from matprobe.jsonl import ProfileScan, scan_lines
-from matprobe.profiles import builtin_profile_path, load_specs
+from matprobe.profile.analysis import AnalyzeOptions, ShapeRow, analyze, render_text, shape_rows
+from matprobe.profile.events import ProfileScan
+from matprobe.profile.jsonl import scan_lines
+from matprobe.profile.profiles import builtin_profile_path, load_specs
+from matprobe.profile.synth import SynthConfig, generate
+from matprobe.profile.textsummary import parse_backend_line, read_summary, read_summary_lines
 from matprobe.spec import MatmulSpec
-from matprobe.synth import SynthConfig, generate
-from matprobe.textsummary import parse_backend_line, read_summary, read_summary_lines
 
 
 def _headers(path: str) -> list[str]:

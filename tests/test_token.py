@@ -22,13 +22,13 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the token needs torch (the CPU build is enough)")
 
-from matprobe.analysis import AnalyzeOptions, analyze  # noqa: E402
-from matprobe.cli import _infer_tokens  # noqa: E402
-from matprobe.cli_token import register  # noqa: E402
+from matprobe.cli.run import _infer_tokens  # noqa: E402
+from matprobe.cli.token import register  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
-from matprobe.jsonl import scan  # noqa: E402
-from matprobe.models import ModelConfig, decode_specs, get_model  # noqa: E402
-from matprobe.profiles import load_specs  # noqa: E402
+from matprobe.profile.analysis import AnalyzeOptions, analyze  # noqa: E402
+from matprobe.profile.jsonl import scan  # noqa: E402
+from matprobe.profile.models import ModelConfig, decode_specs, get_model  # noqa: E402
+from matprobe.profile.profiles import load_specs  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.token.bench import TokenBench, TokenResult, step_call  # noqa: E402
 from matprobe.token.floor import ByteFloor, token_bytes  # noqa: E402

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="the token needs torch (the CPU buil
 
 from conftest import interpreting  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
-from matprobe.models import ModelConfig  # noqa: E402
+from matprobe.profile.models import ModelConfig  # noqa: E402
 from matprobe.token.bench import TokenBench, TokenResult  # noqa: E402
 from matprobe.token.modes import mode_named, parse_modes, select_modes  # noqa: E402
 from matprobe.token.report import render_text  # noqa: E402

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from matprobe.dispatch.table import DispatchError, DispatchTable, Entry
 from matprobe.harness.fingerprint import DIST_PREFIX, changed_sources
-from matprobe.harness.report import Report, Row, SpecSection
 from matprobe.harness.variants import Registry
+from matprobe.report.model import Report, Row, SpecSection
 
 
 def _wins(row: Row, baseline_us: float) -> bool:

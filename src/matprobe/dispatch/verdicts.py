@@ -16,8 +16,8 @@ from pathlib import Path
 from matprobe.dispatch.table import DispatchTable, Entry
 from matprobe.harness.fingerprint import changed_sources
 from matprobe.harness.results import PairResult, Status
-from matprobe.harness.store import ResultStore
 from matprobe.harness.variants import Registry, registry_with_plugins
+from matprobe.run.store import ResultStore
 
 
 def unjudged_entries(table: DispatchTable, store_path: Path) -> list[str]:

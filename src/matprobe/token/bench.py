@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from matprobe.errors import MatprobeError
-from matprobe.models import ModelConfig
+from matprobe.profile.models import ModelConfig
 from matprobe.token.floor import ByteFloor
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from matprobe.models import ModelConfig
+from matprobe.profile.models import ModelConfig
 from matprobe.spec import DTYPE_BYTES
 
 

@@ -3,7 +3,7 @@
 The step hands every weight matmul to one function, ``linear(spec, x, w, bias)``:
 
 * ``spec`` is exactly the :class:`~matprobe.spec.MatmulSpec` that
-  :func:`~matprobe.models.decode_specs` gives for that site (at the step's context
+  :func:`~matprobe.profile.models.decode_specs` gives for that site (at the step's context
   and dtype), so a dispatch table finds its kernel by ``spec.key()``;
 * ``x`` is ``[1, k]``; ``w`` is stored as the spec says (tB = 1: ``[n, k]``,
   tB = 0: ``[k, n]``), or is a :class:`~matprobe.token.weights.Q8Matrix`

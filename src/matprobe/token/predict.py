@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from matprobe.models import ModelConfig, decode_specs
+from matprobe.profile.models import ModelConfig, decode_specs
 from matprobe.token.step import WEIGHT_SITES
 
 #: Relative gap between predicted and measured share beyond which the report warns.

@@ -8,7 +8,7 @@ marked as a profiler range (``block_3/qkv``, …, ``lm_head``). A range becomes:
   sum of the range's kernels — device times from CUPTI on CUDA, the CPU ops'
   own times on the CPU; a matmul range (the weight matmuls and the attention
   products) carries its spec's key fields in ``data`` (the key
-  :func:`~matprobe.models.decode_specs` gives, dtype included) and its backend,
+  :func:`~matprobe.profile.models.decode_specs` gives, dtype included) and its backend,
   so the analyzer's shape summary and ``matprobe shapes``/``run`` see one call
   of that spec;
 * one ``InternalKernelCompleted`` per kernel (or CPU op) of the range, its

@@ -33,7 +33,7 @@ from typing import Protocol
 import torch
 
 from matprobe.errors import MatprobeError
-from matprobe.models import ModelConfig, decode_specs
+from matprobe.profile.models import ModelConfig, decode_specs
 from matprobe.spec import MatmulSpec
 from matprobe.token.linear import LinearFn, check_output
 from matprobe.token.weights import Matrix, TokenWeights
@@ -94,7 +94,7 @@ class FusedOps(Protocol):
 
 def site_specs(config: ModelConfig, *, context: int, dtype: str) -> dict[str, MatmulSpec]:
     """The spec of every matmul site of the step, by role: exactly
-    :func:`~matprobe.models.decode_specs`'s (fused QKV and gate/up)."""
+    :func:`~matprobe.profile.models.decode_specs`'s (fused QKV and gate/up)."""
     return {s.role: s.spec for s in decode_specs(config, context=context, dtype=dtype)}
 
 

@@ -14,7 +14,7 @@ uniform and scaled so that activations stay O(1) through any number of layers:
   still moves the logits by several per cent — which is what lets validation
   see a kernel that zeroes one layer's down projection.
 
-Layouts are those :func:`~matprobe.models.decode_specs` gives: the fused QKV
+Layouts are those :func:`~matprobe.profile.models.decode_specs` gives: the fused QKV
 weight stored [k, n] (tB = 0), every other weight [n, k] (tB = 1).
 
 Importing this module imports torch: the token package needs it throughout.
@@ -30,7 +30,7 @@ import torch
 
 from matprobe.errors import MatprobeError
 from matprobe.harness.inputs import torch_dtype as harness_torch_dtype
-from matprobe.models import ModelConfig
+from matprobe.profile.models import ModelConfig
 from matprobe.quant import dequantize_q8_0, quantize_q8_0
 from matprobe.spec import Q8_0_ACTIVATION_DTYPE
 

@@ -1,0 +1,91 @@
+"""Argument types and options every subcommand shares: numbers, seeds, ``--wide``,
+where specs come from (a profile or ``--model``), ``--plugin``."""
+
+from __future__ import annotations
+
+import argparse
+
+from matprobe.spec import DTYPES
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def positive(text: str) -> int:
+    """A whole number of at least 1: one message for every value below (``--context
+    -4`` and ``--context 0`` alike), naming the limit and the value given."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A run seed (``run --seed``): a whole number in the range seeds are drawn from."""
+    from matprobe.harness.seeds import check_seed
+
+    try:
+        return check_seed(int(text))
+    except ValueError as exc:
+        message = (
+            str(exc)
+            if text.strip().lstrip("-").isdigit()
+            else f"expected a whole number, got {text!r}"
+        )
+        raise argparse.ArgumentTypeError(message) from None
+
+
+#: ``--wide``, for every command that prints a run's report.
+WIDE_HELP = (
+    "every column and every note in place (default: the text report fits 100 columns, "
+    "leaving out empty columns, then the least telling, and says which)"
+)
+
+
+def _add_spec_source(p: argparse.ArgumentParser) -> None:
+    """Where specs come from: a profile (default: the built-in one) or a model config."""
+    p.add_argument(
+        "profile",
+        metavar="PROFILE",
+        nargs="?",
+        help="JSONL profile or text summary (default: the built-in profile)",
+    )
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="one decode step of a model config instead ('--model list' names them)",
+    )
+    p.add_argument(
+        "--context",
+        type=positive,
+        default=128,
+        metavar="L",
+        help="attention context length for --model (default 128)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        help="weight format for --model (default f16), or the dtype of profile "
+        "specs that do not state one",
+    )
+
+
+def _add_plugin(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plugin",
+        action="append",
+        metavar="MODULE",
+        help="also the variant families of this module (its FAMILIES), importable "
+        "from the current directory or sys.path; repeatable (a manifest may list "
+        "them too: plugins = [...])",
+    )

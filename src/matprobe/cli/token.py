@@ -1,0 +1,336 @@
+"""``matprobe token``: one decode step of a model as one CUDA graph, several modes
+side by side — parsing and printing only; the work is :mod:`matprobe.token`'s.
+
+Exit status as the rest of the command: 0 all good; 1 when the eager baseline
+fails validation or no mode was timed (with ``--strict``, also on any FAIL or
+ERROR); 2 for a usage error, said in one line before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TextIO
+
+from matprobe.cli.args import positive
+from matprobe.errors import MatprobeError
+from matprobe.safetext import term_safe
+
+if TYPE_CHECKING:
+    from matprobe.profile.models import ModelConfig
+    from matprobe.token.bench import TokenResult
+    from matprobe.token.linear import LinearFn
+
+EXIT_FAILED = 1
+
+#: Modes a profile can be recorded in: eager ones (Inductor fuses across the
+#: step's parts, so a compiled kernel belongs to no one part).
+PROFILE_MODES = ("eager", "eager+table", "eager-none")
+
+
+#: ``--fused``: the cuBLAS modes and the triton.gemv_decode ones.
+FUSED_MODES = (
+    "eager",
+    "eager-none",
+    "compile",
+    "compile-none",
+    "eager+decode",
+    "fused",
+    "compile+fused",
+)
+#: … and beside a q8_0 token, its fp16 peer's cuBLAS modes.
+Q8_PEER_MODES = ("f16:eager", "f16:eager-none", "f16:compile", "f16:compile-none")
+
+
+class DispatchTable(Protocol):
+    """What the token needs of :mod:`matprobe.dispatch`'s table (a protocol: the
+    tests hand it a fake)."""
+
+    def predict_matmul_us(self, calls: Mapping[str, float]) -> tuple[float, float]: ...
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``token`` subcommand to ``matprobe``'s subparsers."""
+    p = subparsers.add_parser(
+        "token",
+        help="one decode step of a model as one CUDA graph: eager, table, torch.compile modes",
+        description="Build one decode step of a model config (every layer with its own "
+        "weights, the real elementwise work between the matmuls), capture each mode's step "
+        "as one CUDA graph, validate its logits against float64 and time the graphs in "
+        "interleaved rounds: µs per token, kernels, matmul share (the same step with the "
+        "weight matmuls left out gives the rest) and % of the byte floor. On the CPU: no "
+        "graphs, host clock; use --small there.",
+    )
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--model",
+        metavar="NAME",
+        default="qwen2.5-0.5b",
+        help="model config (default qwen2.5-0.5b; 'matprobe shapes --model list' names them)",
+    )
+    source.add_argument(
+        "--small",
+        action="store_true",
+        help="a small Qwen2-shaped config (2 layers, hidden 64, 4/2 heads, vocab 320) for the CPU",
+    )
+    p.add_argument("--context", type=positive, default=128, metavar="L", help="default 128")
+    p.add_argument(
+        "--dtype",
+        choices=("f16", "bf16", "f32", "q8_0"),
+        default="f16",
+        help="default f16; q8_0: Q8_0 weight matrices, fp16 elsewhere, beside its fp16 peer "
+        "(f16:eager, f16:compile modes)",
+    )
+    p.add_argument(
+        "--fused",
+        action="store_true",
+        help="only the cuBLAS modes (eager, compile and their matmul-less twins; a q8_0 "
+        "token's fp16 peers) and the triton.gemv_decode ones: eager+decode, fused, "
+        "compile+fused",
+    )
+    p.add_argument(
+        "--modes",
+        metavar="A,B,…",
+        help="modes to run, comma-separated (default: all on CUDA, the eager ones on the CPU): "
+        "eager, eager-none, eager+table, compile, compile-none, compile-max-autotune, "
+        "compile-max-autotune-none, compile+table, eager+decode, fused, compile+fused; "
+        "beside a q8_0 token also f16:eager, f16:compile, …",
+    )
+    p.add_argument(
+        "--rounds", type=positive, default=30, metavar="N", help="timed rounds (default 30)"
+    )
+    p.add_argument(
+        "--table", metavar="FILE", help="a dispatch table (matprobe dispatch) for the table modes"
+    )
+    p.add_argument(
+        "--db",
+        metavar="FILE",
+        help="the result store whose verdicts --table's winners must match (default "
+        "$MATPROBE_DB or ~/.cache/matprobe/results.sqlite)",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="also write the token's kernels as a metallic JSONL profile (for analyze/shapes/run)",
+    )
+    p.add_argument(
+        "--profile-mode",
+        choices=PROFILE_MODES,
+        default="eager",
+        help="the mode --profile records (default eager)",
+    )
+    p.add_argument(
+        "--profile-tokens",
+        type=positive,
+        default=4,
+        metavar="N",
+        help="tokens --profile records (default 4)",
+    )
+    p.add_argument("--json", metavar="FILE", help="JSON with every sample ('-': stdout)")
+    p.add_argument("--device", choices=("cuda", "cpu"), help="default: cuda if present")
+    p.add_argument("--seed", type=int, default=0, help="weights' random seed (default 0)")
+    p.add_argument(
+        "--strict", action="store_true", help="exit 1 on any FAIL or ERROR, not only the baseline's"
+    )
+    p.set_defaults(func=cmd_token)
+
+
+def _check_writable(path: Path) -> None:
+    """Before the token runs: an output that cannot be written costs nothing measured."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise MatprobeError(f"cannot write {term_safe(str(path))}: it is a directory")
+    if not folder.is_dir():
+        raise MatprobeError(
+            f"cannot write {term_safe(str(path))}: no folder {term_safe(str(folder))}"
+        )
+    if not os.access(folder, os.W_OK):
+        raise MatprobeError(
+            f"cannot write {term_safe(str(path))}: {term_safe(str(folder))} is not writable"
+        )
+
+
+def _device(requested: str | None) -> str:
+    from matprobe.harness.device import cuda_available
+
+    if requested == "cuda" and not cuda_available():
+        raise MatprobeError("--device cuda asked for, but torch sees no CUDA GPU")
+    return requested or ("cuda" if cuda_available() else "cpu")
+
+
+def _load_table(
+    path: str, device: str, modes: tuple[str, ...] | None, db: Path | None
+) -> tuple[DispatchTable, dict[str, LinearFn]]:
+    """The table and its kernels, eager and as custom ops, checked against this
+    device (a table from another card or of changed kernels is a usage error) and
+    against the verdicts in the store ``db``: a table is a file anyone can write,
+    so a winner without a stored PASS, from the code installed now, never runs."""
+    from matprobe.dispatch import custom_op_linear, load_table, table_linear, unjudged_entries
+    from matprobe.harness.device import detect
+    from matprobe.run.store import default_store_path
+
+    info = detect(device)
+    table = load_table(path)
+    store = db or default_store_path()
+    if problems := unjudged_entries(table, store):
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise MatprobeError(
+            f"--table {term_safe(path)}: {len(problems)} winner(s) without a verdict in "
+            f"{term_safe(str(store))}: " + "; ".join(term_safe(p) for p in problems[:3]) + more
+        )
+    linears: dict[str, LinearFn] = {"table": table_linear(table, info)}
+    if modes is None or "compile+table" in modes:
+        linears["table-op"] = custom_op_linear(table, info)
+    return table, linears
+
+
+def _predict(
+    table: DispatchTable, config: ModelConfig, context: int, dtype: str
+) -> tuple[dict[str, float], str | None]:
+    """The table's predicted matmul share (µs) for the baseline and itself, or why
+    there is none (a table without every weight spec has no figure for the rest)."""
+    from matprobe.token.predict import weight_calls
+
+    calls = weight_calls(config, context=context, dtype=dtype)
+    try:
+        baseline_us, table_us = table.predict_matmul_us(calls)
+    except MatprobeError as exc:
+        return {}, f"no prediction: {exc}"
+    return {"baseline": baseline_us, "table": table_us}, None
+
+
+def _backend_namer(device: str, mode_kernels: str) -> Callable[[str], str]:
+    """The backend a profile names for a matmul site (by role): the table's
+    kernels for the weight matmuls of a table mode, else the torch library's."""
+    from matprobe.token.step import WEIGHT_SITES
+
+    library = "cublas" if device == "cuda" else "cpu-blas"
+
+    def backend_of(role: str) -> str:
+        if role in WEIGHT_SITES and mode_kernels == "table":
+            return "matprobe-table"
+        return library
+
+    return backend_of
+
+
+def _problems(token: TokenResult, strict: bool) -> list[str]:
+    problems = []
+    base = token.get("eager")
+    if base is None or base.status != "PASS":
+        why = base.reason if base is not None else "did not run"
+        problems.append(f"the eager baseline {base.status if base else 'ERROR'}: {why}")
+    if not any(r.timed for r in token.modes):
+        problems.append("no mode was timed")
+    if strict:
+        problems += [
+            f"{r.mode.name} {r.status}: {r.reason}"
+            for r in token.modes
+            if r.status in ("FAIL", "ERROR")
+        ]
+    return problems
+
+
+def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
+    from matprobe.profile.models import get_model
+    from matprobe.token.bench import TokenBench
+    from matprobe.token.floor import measure_read_ceiling
+    from matprobe.token.modes import MODES, parse_modes, select_modes, triton_problem
+    from matprobe.token.predict import check_predictions
+    from matprobe.token.profile import record_token, save_profile
+    from matprobe.token.report import render_text, to_json
+    from matprobe.token.weights import small_config
+
+    device = _device(args.device)
+    config = small_config() if args.small else get_model(args.model)
+    if args.fused and args.modes:
+        raise MatprobeError("--fused names the modes itself: give --fused or --modes, not both")
+    names = parse_modes(args.modes) if args.modes else None
+    if args.fused:
+        names = FUSED_MODES + (Q8_PEER_MODES if args.dtype == "q8_0" else ())
+    for target in (args.json, args.profile):
+        if target and target != "-":
+            _check_writable(Path(target))
+    profile_mode = MODES[args.profile_mode]
+    if args.profile and profile_mode.needs_table and not args.table:
+        raise MatprobeError(f"--profile-mode {profile_mode.name} needs --table FILE")
+
+    linears: dict[str, LinearFn] = {}
+    predicted: dict[str, float] = {}
+    if args.table:
+        table, linears = _load_table(args.table, device, names, Path(args.db) if args.db else None)
+        predicted, why_not = _predict(table, config, args.context, args.dtype)
+        if why_not:
+            print(f"matprobe: warning: {term_safe(why_not)}", file=sys.stderr)
+    selection = select_modes(
+        names,
+        device_kind=device,
+        have_table=bool(args.table),
+        dtype=args.dtype,
+        triton_problem=triton_problem(device),
+    )
+
+    def progress(message: str) -> None:
+        print(f"matprobe: token: {term_safe(message)}", file=sys.stderr)
+
+    bench = TokenBench(
+        config,
+        context=args.context,
+        dtype=args.dtype,
+        device=device,
+        seed=args.seed,
+        linears=linears,
+        progress=progress,
+    )
+    read_gbps, ceiling = (None, "")
+    if device == "cuda":
+        read_gbps, ceiling = measure_read_ceiling()
+    token = bench.run(selection, rounds=args.rounds, read_gbps=read_gbps, ceiling=ceiling)
+
+    shares = {r.mode.name: r.share_us for r in token.modes}
+    checks = check_predictions(predicted, shares)
+
+    text = render_text(token, checks)
+    (sys.stderr if args.json == "-" else out).write(text)
+    if args.json:
+        data = json.dumps(to_json(token, checks), indent=2) + "\n"
+        if args.json == "-":
+            out.write(data)
+        else:
+            _write(Path(args.json), data)
+
+    if args.profile:
+        recorded = record_token(
+            bench.step,
+            bench.linears[profile_mode.kernels],
+            tokens=args.profile_tokens,
+            device_kind=device,
+        )
+        written = save_profile(
+            args.profile,
+            recorded,
+            bench.specs,
+            backend_of=_backend_namer(device, profile_mode.kernels),
+            reason=f"matprobe token, mode {profile_mode.name}: {profile_mode.description}",
+            weight_bytes=bench.weights.weight_bytes(),
+        )
+        progress(
+            f"wrote {written} events ({args.profile_tokens} tokens, mode {profile_mode.name}) "
+            f"to {args.profile}"
+        )
+
+    problems = _problems(token, args.strict)
+    for problem in problems:
+        print(f"matprobe: {term_safe(problem)}", file=sys.stderr)
+    return EXIT_FAILED if problems else 0
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise MatprobeError(f"cannot write {term_safe(str(path))}: {exc.strerror or exc}") from None

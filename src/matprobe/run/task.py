@@ -1,0 +1,57 @@
+"""A pair to measure (:class:`Task`), and what of it crosses a process
+boundary: plain data (:data:`TaskData`), never family objects — the process
+that measures it rebuilds the variants from the run's registry, itself rebuilt
+from the factory string and the plugin module names (:func:`load_registry`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from matprobe.harness.variants import SHIPPED_FACTORY, Registry, Variant, registry_with_plugins
+from matprobe.spec import MatmulSpec
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int  # the caller's handle for the pair
+    spec: MatmulSpec
+    variant: Variant
+    #: timed interleaved with the candidate (None: no ratio, e.g. the baseline itself)
+    baseline: Variant | None = None
+
+
+VariantRef = tuple[str, tuple[tuple[str, Any], ...]]  # family name, params
+#: A task as plain data (what crosses a process boundary): index, spec, candidate, baseline.
+TaskData = tuple[int, dict[str, Any], VariantRef, VariantRef | None]
+
+
+def _ref(variant: Variant) -> VariantRef:
+    return (variant.family.name, variant.params)
+
+
+def task_data(task: Task) -> TaskData:
+    """What a worker process is sent of a task: plain data, no family objects."""
+    baseline = None if task.baseline is None else _ref(task.baseline)
+    return (task.index, task.spec.to_dict(), _ref(task.variant), baseline)
+
+
+def task_from_data(data: TaskData, registry: Registry) -> Task:
+    """The task again, its variants rebuilt from ``registry`` (the run's, rebuilt here)."""
+    index, spec_data, candidate, baseline = data
+
+    def resolve(ref: VariantRef) -> Variant:
+        return Variant(registry.family(ref[0]), tuple(tuple(p) for p in ref[1]))
+
+    return Task(
+        index,
+        MatmulSpec.from_dict(spec_data),
+        resolve(candidate),
+        None if baseline is None else resolve(baseline),
+    )
+
+
+def load_registry(factory: str = SHIPPED_FACTORY, plugins: Sequence[str] = ()) -> Registry:
+    """``"package.module:function"`` (and the plugin modules) → the run's Registry."""
+    return registry_with_plugins(factory, plugins)
