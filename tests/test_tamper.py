@@ -232,3 +232,30 @@ def test_measuring_changes_nothing_the_snapshot_watches() -> None:
     result = measure_pair_safely(spec, variant, PairContext(detect("cpu"), policy), variant)
     assert result.status is Status.PASS, result.reason
     assert snapshot.changed() == []
+
+
+def test_python_caching_data_on_a_class_is_no_alarm() -> None:
+    """``copy.copy`` stores ``__slotnames__`` on the class of what it copies — the
+    timing bench copies a ``CallAnswers`` for the hot clock on a GPU, and every pair
+    there was an ERROR (a name added to a watched class) until only functions and
+    descriptors counted."""
+    import copy
+
+    from matprobe.harness import inputs
+
+    class Judged:
+        def verdict(self) -> bool:
+            return True
+
+    def changed(snapshot: Snapshot) -> list[str]:
+        return snapshot.changed([("m", Judged)])
+
+    snapshot = Snapshot.take([("m", Judged)])
+    copy.copy(Judged())
+    assert "__slotnames__" in vars(Judged) and changed(snapshot) == []
+    Judged.__getattribute__ = lambda self, name: None  # type: ignore[method-assign,assignment]
+    assert changed(snapshot) == ["m.<names>"]
+    # And the class the bench copies, as it is watched in a worker.
+    watched = Snapshot.take()
+    copy.copy(object.__new__(inputs.CallAnswers))
+    assert watched.changed() == []

@@ -69,6 +69,15 @@ def _names(namespace: Any) -> dict[str, Any]:
     return dict(vars(namespace) if isinstance(namespace, ModuleType) else namespace.__dict__)
 
 
+def _method_names(cls: type) -> frozenset[str]:
+    """The names of what a class's instances would call: its functions and
+    descriptors. Data Python caches on a class as it runs (``copy.copy`` stores
+    ``__slotnames__`` on the class of what it copies) is not among them."""
+    return frozenset(
+        attr for attr, value in _names(cls).items() if callable(value) or hasattr(value, "__get__")
+    )
+
+
 def _bindings(name: str, namespace: Any) -> Iterator[tuple[str, Any]]:
     """The callables bound in ``namespace`` (data such as a module's counters is
     rebound by honest code), and for matprobe's modules the methods of the classes
@@ -76,13 +85,13 @@ def _bindings(name: str, namespace: Any) -> Iterator[tuple[str, Any]]:
     judging class — a ``__getattribute__`` that hides failures — changes nothing
     already bound, yet everything the class answers."""
     if isinstance(namespace, type):
-        yield f"{name}.<names>", frozenset(_names(namespace))
+        yield f"{name}.<names>", _method_names(namespace)
     for attr, value in _names(namespace).items():
         if not callable(value):
             continue
         yield f"{name}.{attr}", value
         if isinstance(value, type) and name.startswith("matprobe.") and value.__module__ == name:
-            yield f"{name}.{attr}.<names>", frozenset(_names(value))
+            yield f"{name}.{attr}.<names>", _method_names(value)
             for method, inner in _names(value).items():
                 if callable(inner) or isinstance(inner, (staticmethod, classmethod, property)):
                     yield f"{name}.{attr}.{method}", inner
