@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from matprobe.harness.device import detect
-from matprobe.harness.measure import PairContext, measure_pair
-from matprobe.harness.timing import TimingPolicy
+from matprobe.measure.device import detect
+from matprobe.measure.pair import PairContext, measure_pair
+from matprobe.measure.timing import TimingPolicy
 from matprobe.spec import MatmulSpec
 from matprobe.variants.torch_ref import torch_matmul
 

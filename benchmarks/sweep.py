@@ -17,10 +17,10 @@ import json
 import sys
 import time
 
-from matprobe.harness.device import detect
-from matprobe.harness.measure import PairContext, measure_pair_safely
-from matprobe.harness.results import Status
-from matprobe.harness.timing import TimingPolicy
+from matprobe.measure.device import detect
+from matprobe.measure.pair import PairContext, measure_pair_safely
+from matprobe.measure.results import Status
+from matprobe.measure.timing import TimingPolicy
 from matprobe.spec import MatmulSpec
 from matprobe.variants.torch_ref import torch_matmul
 

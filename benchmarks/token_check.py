@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from matprobe.harness.device import detect
-from matprobe.harness.inputs import MatmulInputs
+from matprobe.measure.device import detect
+from matprobe.measure.inputs import MatmulInputs
 from matprobe.spec import MatmulSpec
 from matprobe.variants.catalogue import shipped_registry
 

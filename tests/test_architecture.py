@@ -2,11 +2,12 @@
 
 * the harness never imports a family module — the catalogue of shipped
   families belongs to ``matprobe.variants``, and the harness (the measurement
-  core, the run side and the report side) knows a registry only as a factory string;
+  core ``measure/``, the run side and the report side) knows a registry only as
+  a factory string;
 * the import graph of ``matprobe.*`` has no cycle, module-level imports or
   any other (inside functions, under ``TYPE_CHECKING``);
 * the folders of the loop keep their boundaries: ``profile/`` (reading
-  profiles) imports only the shared core; the measurement core (``harness/``)
+  profiles) imports only the shared core; the measurement core (``measure/``)
   nothing of the stages around it; ``report/`` reads results and never reaches
   into the measurement core beyond what a result, a device, a timing policy and
   a variant are, nor into the run side beyond the plan, the store and calls per
@@ -128,7 +129,7 @@ def test_the_graph_is_read() -> None:
     """Guards the other tests against passing on an empty graph."""
     graph = import_graph(module_level_only=True)
     assert "matprobe.run.session" in graph and "matprobe.variants.catalogue" in graph
-    assert "matprobe.harness.variants" in graph["matprobe.variants.catalogue"]
+    assert "matprobe.measure.variants" in graph["matprobe.variants.catalogue"]
     assert "matprobe.variants.triton_gemv" in graph["matprobe.variants.catalogue"]
     assert "matprobe.run.runner" in graph["matprobe.run.session"]
     everywhere = import_graph(module_level_only=False)
@@ -136,7 +137,7 @@ def test_the_graph_is_read() -> None:
 
 
 #: The packages of the harness: the measurement core, the run side, the report side.
-HARNESS = ("matprobe.harness", "matprobe.run", "matprobe.report")
+HARNESS = ("matprobe.measure", "matprobe.run", "matprobe.report")
 
 
 def test_the_harness_imports_no_family_module() -> None:
@@ -198,9 +199,10 @@ def test_the_profile_side_imports_only_the_shared_core() -> None:
 
 
 def test_the_measurement_core_imports_none_of_the_stages_around_it() -> None:
-    """``harness/`` judges one pair: it knows no profile, run, report or command."""
+    """``measure/`` judges one pair: it knows no profile, run, report, command,
+    dispatch table, decode step or family."""
     graph = import_graph(module_level_only=False)
-    assert not _reaching(graph, "matprobe.harness", SHARED_CORE)
+    assert not _reaching(graph, "matprobe.measure", SHARED_CORE)
 
 
 #: What ``report/`` may know of the measurement core: what a result, a device, a
@@ -208,10 +210,10 @@ def test_the_measurement_core_imports_none_of_the_stages_around_it() -> None:
 #: and of the run side: the plan and its outcome, the store, calls per token —
 #: never a worker, an executor or the session.
 REPORT_SEES = {
-    "matprobe.harness.results",
-    "matprobe.harness.device",
-    "matprobe.harness.timing",
-    "matprobe.harness.variants",
+    "matprobe.measure.results",
+    "matprobe.measure.device",
+    "matprobe.measure.timing",
+    "matprobe.measure.variants",
     "matprobe.run.runner",
     "matprobe.run.store",
     "matprobe.run.per_token",
@@ -235,7 +237,7 @@ def test_of_the_run_side_only_the_session_imports_the_report_side() -> None:
         and any(t.startswith("matprobe.report") for t in targets)
     }
     assert importers == {"matprobe.run.session"}
-    everywhere = set(SHARED_CORE) | {"matprobe.harness", "matprobe.report"}
+    everywhere = set(SHARED_CORE) | {"matprobe.measure", "matprobe.report"}
     assert not _reaching(graph, "matprobe.run", everywhere)  # no profile, cli, token...
 
 

@@ -21,10 +21,10 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
 import fake_variants  # noqa: E402
 import gpu_cheaters  # noqa: E402
-from matprobe.harness.device import detect  # noqa: E402
-from matprobe.harness.measure import PairContext, measure_pair_safely, validate_pair  # noqa: E402
-from matprobe.harness.results import Status  # noqa: E402
-from matprobe.harness.timing import TimingPolicy  # noqa: E402
+from matprobe.measure.device import detect  # noqa: E402
+from matprobe.measure.pair import PairContext, measure_pair_safely, validate_pair  # noqa: E402
+from matprobe.measure.results import Status  # noqa: E402
+from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.variants.torch_ref import torch_matmul  # noqa: E402
 from matprobe.variants.triton_gemv import GEMV_NT  # noqa: E402
@@ -292,7 +292,7 @@ def test_no_shipped_variant_fails_the_tolerances(dtype: str) -> None:
 def test_a_cached_case_hit_by_a_stray_write_is_drawn_again() -> None:
     """Seeded cases live on the card: one that a kernel writing past its own buffers
     changed is never handed out again (its reference no longer matches it)."""
-    from matprobe.harness.inputs import seeded_case
+    from matprobe.measure.inputs import seeded_case
 
     case = seeded_case(GEMV, 4321, "cuda")
     drawn = case.inputs.b.clone()

@@ -264,7 +264,7 @@ def test_the_report_explains_pdl_only_when_a_pdl_variant_runs() -> None:
 def test_early_launch_is_a_declared_trait() -> None:
     """Which parameter launches early is the family's word: shipped families with a
     ``pdl`` grid declare it, others have none; a family may name another parameter."""
-    from matprobe.harness.variants import variant_family
+    from matprobe.measure.variants import variant_family
 
     declared = {f.name: f.early_launch_param for f in shipped_registry().families()}
     assert {n for n, p in declared.items() if p} == {

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from matprobe.harness.inputs import empty_output, make_inputs
-from matprobe.harness.variants import Variant
+from matprobe.measure.inputs import empty_output, make_inputs
+from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_gemm_kernels, triton_gemm
 from matprobe.variants.triton_gemm import FAMILIES, GEMM

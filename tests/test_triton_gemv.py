@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.variants import Variant
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
 from matprobe.variants.triton_gemv import FAMILIES, GEMV_NT
 from triton_checks import (

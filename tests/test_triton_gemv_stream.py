@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.variants import Variant
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
 from matprobe.variants.triton_gemv_stream import (
     FAMILIES,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from matprobe.harness.inputs import MatmulInputs, empty_output, make_inputs
-from matprobe.harness.variants import Variant
+from matprobe.measure.inputs import MatmulInputs, empty_output, make_inputs
+from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
 from matprobe.variants.triton_splitk import (
     FAMILIES,

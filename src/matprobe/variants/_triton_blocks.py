@@ -1,7 +1,7 @@
 """The Triton building blocks every family's kernels share.
 
 * The epilogue — ``out = alpha·acc + beta·C0 + bias`` in fp32 (the order
-  ``matprobe.harness.inputs.reference`` documents), one cast on store — as
+  ``matprobe.measure.inputs.reference`` documents), one cast on store — as
   :func:`epilogue_terms` (load C0 and the bias, early if the caller likes, so
   their latency overlaps the reduction) plus :func:`store_out`, for any tile
   shape; for one output row (every GEMV) :func:`row_epilogue_terms` and
@@ -17,7 +17,7 @@
   for the next call (CUDA-graph replays need it zero).
 
 The text of this module is part of each using family's fingerprint (the
-kernels import it; see ``matprobe.harness.fingerprint``).
+kernels import it; see ``matprobe.measure.fingerprint``).
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]

@@ -17,8 +17,8 @@ from matprobe.errors import MatprobeError
 if TYPE_CHECKING:
     import torch
 
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 #: Beyond this many weight elements (batch·n·k) the interpreter takes minutes.
 INTERPRETER_MAX_ELEMENTS = 2**22

@@ -2,8 +2,8 @@
 
 The list lives with the families, not in the harness: the harness knows a
 registry only as a factory string (``"matprobe.variants.catalogue:shipped_registry"``,
-``harness.variants.SHIPPED_FACTORY``) resolved where it is needed, worker
-processes included, so nothing under ``matprobe.harness`` imports a family
+``measure.variants.SHIPPED_FACTORY``) resolved where it is needed, worker
+processes included, so nothing under ``matprobe.measure`` imports a family
 module. Each module lists its own families as ``FAMILIES`` — the contract a
 user's plugin module meets too — and imports without torch, triton or mlx: a
 missing library is a capability reason, not an ImportError.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from matprobe.harness.variants import Registry, VariantFamily
+from matprobe.measure.variants import Registry, VariantFamily
 from matprobe.variants import (
     gemlite_ref,
     mlx_ref,

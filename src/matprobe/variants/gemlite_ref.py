@@ -53,12 +53,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 NAME = "gemlite.a16w8"
 

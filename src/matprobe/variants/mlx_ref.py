@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import MatmulInputs
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.inputs import MatmulInputs
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 
 #: matprobe dtype → the name of MLX's dtype (``mx.float16`` …)

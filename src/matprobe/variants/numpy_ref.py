@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import MatmulInputs
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.inputs import MatmulInputs
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 
 

@@ -6,16 +6,16 @@ fresh fp16 weight, each call) and hand that to the same matmul. For
 ``matmul_swiglu`` it is a model's MLP in eager mode:
 ``F.silu(x @ W_gate.T) * (x @ W_up.T)`` — two matmuls, each output rounded to
 the dtype, silu rounded, the product rounded (the tolerance counts these
-roundings, see ``matprobe.harness.validate``)."""
+roundings, see ``matprobe.measure.validate``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import MatmulInputs
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.inputs import MatmulInputs
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
@@ -49,8 +49,8 @@ from matprobe.variants._triton_common import (
 )
 
 if TYPE_CHECKING:
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 NAME = "triton.attn_bmv"
 
@@ -148,7 +148,7 @@ def ATTN_BMV(  # noqa: N802 - the family is a module constant
 
     import torch
 
-    from matprobe.harness.inputs import shapes, torch_dtype
+    from matprobe.measure.inputs import shapes, torch_dtype
     from matprobe.variants._triton_attention_kernels import (
         attn_scores_kernel,
         attn_values_kernel,

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
@@ -34,8 +34,8 @@ from matprobe.variants._triton_common import (
 if TYPE_CHECKING:
     import torch
 
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 NAME = "triton.gemv_decode"
 
@@ -175,7 +175,7 @@ def GEMV_DECODE(  # noqa: N802 - the family is a module constant
     """The decode GEMV on one spec: bn outputs a program, fp32 sums, one cast on store."""
     import torch
 
-    from matprobe.harness.inputs import activation_dtype, shapes, torch_dtype
+    from matprobe.measure.inputs import activation_dtype, shapes, torch_dtype
     from matprobe.variants._triton_decode_kernels import decode_gemv_kernel
 
     common.check_mode(NAME, decode_gemv_kernel, device)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import DTYPE_BYTES, MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
@@ -39,8 +39,8 @@ from matprobe.variants._triton_common import (
 )
 
 if TYPE_CHECKING:
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 NAME = "triton.gemm"
 
@@ -115,7 +115,7 @@ def GEMM(  # noqa: N802 - the family is a module constant
 ) -> KernelFn:
     """Tiled Triton GEMM (tutorial 03 style): BM×BN tiles, tl.dot over BK steps, fp32 acc."""
 
-    from matprobe.harness.inputs import shapes, torch_dtype
+    from matprobe.measure.inputs import shapes, torch_dtype
     from matprobe.variants._triton_gemm_kernels import gemm_kernel
 
     common.check_mode(NAME, gemm_kernel, device)

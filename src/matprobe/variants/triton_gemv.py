@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
@@ -30,8 +30,8 @@ from matprobe.variants._triton_common import (
 )
 
 if TYPE_CHECKING:
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 NAME = "triton.gemv_nt"
 
@@ -116,7 +116,7 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
 ) -> KernelFn:
     """Plain Triton GEMV: BLOCK_N rows of W [n, k] per program, K in BLOCK_K tiles, fp32 sums."""
 
-    from matprobe.harness.inputs import shapes, torch_dtype
+    from matprobe.measure.inputs import shapes, torch_dtype
     from matprobe.variants._triton_gemv_kernels import gemv_nt_kernel
 
     common.check_mode(NAME, gemv_nt_kernel, device)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
@@ -25,8 +25,8 @@ from matprobe.variants._triton_common import (
 )
 
 if TYPE_CHECKING:
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 NAME = "triton.gemv_q8"
 
@@ -87,7 +87,7 @@ def q8_gemv_launcher(
     one that is wrong) before each launch. ``extra``: the kernel's own constexprs."""
     import torch
 
-    from matprobe.harness.inputs import shapes
+    from matprobe.measure.inputs import shapes
 
     common.check_mode(name, kernel, device)
     dims = shapes(spec)

@@ -10,7 +10,7 @@ for the steps and why each program quantizes x itself.
 Quantizing x is an approximation the plain Q8_0 tolerance refuses (an
 undeclared int8-activation kernel fails validation): this family *declares* it
 (``activation_quant="int8_block32"``), and the harness allows the error derived
-for it (``matprobe.harness.validate``, module doc) — for this family only. The
+for it (``matprobe.measure.validate``, module doc) — for this family only. The
 grid and the launch are ``triton.gemv_q8``'s, so the two compare point for point.
 
 Importing this module never imports triton or torch.
@@ -21,17 +21,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants.triton_gemv_q8 import q8_gemv_launcher, q8_gemv_reason
 
 if TYPE_CHECKING:
-    from matprobe.harness.device import DeviceInfo
+    from matprobe.measure.device import DeviceInfo
 
 NAME = "triton.gemv_q8_int8dot"
 
-#: What the kernels do to x, declared to the harness (``harness.validate.ACTIVATION_QUANTS``).
+#: What the kernels do to x, declared to the harness (``measure.validate.ACTIVATION_QUANTS``).
 ACTIVATION_QUANT = "int8_block32"
 
 KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemv_q8_int8dot_kernels.py")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
@@ -36,8 +36,8 @@ from matprobe.variants._triton_common import (
 )
 
 if TYPE_CHECKING:
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 NAME = "triton.gemv_stream"
 
@@ -118,7 +118,7 @@ def GEMV_STREAM(  # noqa: N802 - the family is a module constant
 ) -> KernelFn:
     """Persistent Triton GEMV: p programs per SM stream bn-row blocks, x held in registers."""
 
-    from matprobe.harness.inputs import shapes, torch_dtype
+    from matprobe.measure.inputs import shapes, torch_dtype
     from matprobe.variants._triton_gemv_stream_kernels import gemv_stream_kernel
 
     common.check_mode(NAME, gemv_stream_kernel, device)

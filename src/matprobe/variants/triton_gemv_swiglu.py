@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
@@ -28,8 +28,8 @@ from matprobe.variants._triton_common import (
 )
 
 if TYPE_CHECKING:
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 NAME = "triton.gemv_swiglu"
 
@@ -91,7 +91,7 @@ def GEMV_SWIGLU(  # noqa: N802 - the family is a module constant
     """Fused gate/up GEMV with SwiGLU: BLOCK_N outputs a program, fp32 sums, one cast on store."""
     import torch
 
-    from matprobe.harness.inputs import activation_dtype, shapes, torch_dtype
+    from matprobe.measure.inputs import activation_dtype, shapes, torch_dtype
     from matprobe.variants._triton_gemv_swiglu_kernels import (
         gemv_swiglu_kernel,
         gemv_swiglu_q8_kernel,

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.harness.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
@@ -42,8 +42,8 @@ from matprobe.variants._triton_common import (
 )
 
 if TYPE_CHECKING:
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 NAME = "triton.gemv_tn"
 
@@ -123,7 +123,7 @@ class GemvTNKernel:
     def __init__(self, spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> None:
         import torch
 
-        from matprobe.harness.inputs import shapes, torch_dtype
+        from matprobe.measure.inputs import shapes, torch_dtype
         from matprobe.variants._triton_gemv_tn_kernels import (
             gemv_tn_finalize_kernel,
             gemv_tn_kernel,

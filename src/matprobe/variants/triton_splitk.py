@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from matprobe.harness.variants import VariantFamily, variant_family
+from matprobe.measure.variants import VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 from matprobe.variants import _triton_common as common
 from matprobe.variants._triton_common import (
@@ -61,8 +61,8 @@ from matprobe.variants._triton_common import (
 )
 
 if TYPE_CHECKING:
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 NAME = "triton.gemv_splitk"
 
@@ -178,7 +178,7 @@ class SplitKGemv:
     def __init__(self, spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> None:
         import torch
 
-        from matprobe.harness.inputs import shapes, torch_dtype
+        from matprobe.measure.inputs import shapes, torch_dtype
         from matprobe.variants._triton_splitk_kernels import (
             splitk_finalize_kernel,
             splitk_partial_kernel,

@@ -11,7 +11,7 @@ the draws made while a pair is measured — each use of a timing bench, each
 replay check's refill — take :func:`fresh_seed`, a counter no two draws of a
 process share. The values written *into* the timed calls (each call's ``x``
 and the fill of its output) come from the device's generator inside the
-recording (:mod:`matprobe.harness.bench`): new on every replay.
+recording (:mod:`matprobe.measure.bench`): new on every replay.
 
 This is defence in depth, not isolation: code in the same process can read the
 seed. What keeps a memoised or precomputed answer from winning is that every

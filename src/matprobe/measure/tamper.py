@@ -3,15 +3,16 @@
 A plugin's module is imported into the worker that measures its families, and
 its kernels run there; nothing stops it from assigning a slow wrapper to
 ``torch.matmul`` (the baseline's library), a lenient comparison to
-``matprobe.harness.validate``, or a new ``__code__`` to one of their
+``matprobe.measure.validate``, or a new ``__code__`` to one of their
 functions. Each worker takes a :class:`Snapshot` of those namespaces before it
 imports any plugin, and compares after the import and after every pair: a
 difference makes the pair's result an ERROR, never a verdict.
 
-What is watched: every module of the measurement core
-(:data:`~matprobe.harness.fingerprint.MEASUREMENT_MODULES`) and the results
-and quantization modules it judges with, ``torch``, ``torch.Tensor``,
-``torch.nn.functional``, torch's C function table, and ``numpy`` — each name
+What is watched: every module of the measurement core (``measure/``, as
+:func:`~matprobe.measure.fingerprint.measurement_sources` finds them — the
+modules its policy fingerprint hashes), the quantization module it judges
+with, ``torch``, ``torch.Tensor``, ``torch.nn.functional``, torch's C
+function table, and ``numpy`` — each name
 bound there, and for a Python function its code object, defaults and
 closure; the methods of the classes matprobe's watched modules define; and the
 set of names of each such class and of ``torch.Tensor`` (a method *added* to one,
@@ -30,11 +31,10 @@ from dataclasses import dataclass
 from types import FunctionType, ModuleType
 from typing import Any
 
-from matprobe.harness.fingerprint import MEASUREMENT_MODULES
+from matprobe.measure.fingerprint import measurement_sources
 
 #: Namespaces watched besides the measurement core's modules (see the module doc).
 WATCHED = (
-    "matprobe.harness.results",
     "matprobe.quant",
     "torch",
     "torch.nn.functional",
@@ -45,7 +45,8 @@ WATCHED = (
 
 def watched_namespaces() -> Iterator[tuple[str, Any]]:
     """(name, namespace object) of everything a snapshot covers, importing each."""
-    for name in (*(f"matprobe.harness.{m}" for m in MEASUREMENT_MODULES), *WATCHED):
+    core = [name for name in measurement_sources() if name != "matprobe.measure"]
+    for name in (*core, *WATCHED):
         try:
             module: ModuleType = importlib.import_module(name)
         except ImportError:  # numpy-only installs: no torch to watch

@@ -33,13 +33,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.fingerprint import module_fingerprint
-from matprobe.harness.validate import ACTIVATION_QUANTS
+from matprobe.measure.fingerprint import module_fingerprint
+from matprobe.measure.validate import ACTIVATION_QUANTS
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
 
 #: The registry of the families matprobe ships, as a factory string
 #: (``module:function``): resolved by :func:`resolve_factory`, never imported here.
@@ -95,7 +95,7 @@ def _source_text(obj: Any) -> str:
 
 def _family_fingerprint(build: Builder, supports: Supports, sources: Sequence[Any]) -> str:
     """The builder's whole module with the package modules it imports (see
-    :mod:`matprobe.harness.fingerprint`), the predicate's source (it may live
+    :mod:`matprobe.measure.fingerprint`), the predicate's source (it may live
     elsewhere) and the extra ``sources``."""
     module = getattr(build, "__module__", None)
     whole = module_fingerprint(module) if isinstance(module, str) else ""
@@ -127,7 +127,7 @@ class VariantFamily:
     #: who wrote the family: "matprobe", or the plugin module that brought it
     origin: str = SHIPPED_ORIGIN
     #: the kernels quantize the activations on the fly, as this key of
-    #: :data:`~matprobe.harness.validate.ACTIVATION_QUANTS` says (``"int8_block32"``:
+    #: :data:`~matprobe.measure.validate.ACTIVATION_QUANTS` says (``"int8_block32"``:
     #: llama.cpp's int8 x per 32-block); its kernels are judged against a reference
     #: that applies exactly that rounding to x, within the plain bound
     activation_quant: str | None = None
@@ -277,7 +277,7 @@ def variant_family(
     the package directory).
 
     ``activation_quant`` declares that the kernels quantize x on the fly (a key of
-    :data:`~matprobe.harness.validate.ACTIVATION_QUANTS`): its calls are then judged
+    :data:`~matprobe.measure.validate.ACTIVATION_QUANTS`): its calls are then judged
     against a reference that applies exactly that rounding to x, within the plain
     bound — no more error is allowed, and the report tags its rows.
     """
@@ -429,7 +429,7 @@ def plugin_families(module_name: str) -> tuple[VariantFamily, ...]:
     if families is None:
         raise MatprobeError(
             f"{where}: defines no FAMILIES (a tuple of families made with "
-            "matprobe.harness.variants.variant_family)"
+            "matprobe.measure.variants.variant_family)"
         )
     if isinstance(families, VariantFamily):
         families = (families,)

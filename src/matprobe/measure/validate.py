@@ -55,7 +55,7 @@ The bounds, with u the output dtype's unit roundoff (2⁻²⁴ f32, 2⁻¹¹ f16
   dtype, then silu(g) — before the product's own rounding. To first order
   δy/y = κ·δg/g + δu/u + δs/s + δy'/y with κ = |1 + g·(1 − σ(g))| silu's
   condition number, ≤ 1.3 for the |g| ≲ 1.5 the inputs reach (|g| ~ 1/3 by the
-  scaling of :mod:`~matprobe.harness.inputs`). So + 3u per element (1.3 + 1 + 1
+  scaling of :mod:`~matprobe.measure.inputs`). So + 3u per element (1.3 + 1 + 1
   rounded up to whole roundings, the addends' way: 5u in all, against a worst
   case of 4.3u the eager form reaches only when every rounding is at its worst
   and the same sign; measured ≤ 2.9u, Q8_0's against the nearer answer) and
@@ -97,7 +97,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from matprobe.harness.results import ErrorMetrics
+from matprobe.measure.results import ErrorMetrics
 from matprobe.spec import MatmulSpec
 
 #: unit roundoff of each output dtype (half an ulp at 1.0)
@@ -133,7 +133,7 @@ MIN_JUDGED_OUTPUTS = 32
 
 def judged_trials(spec: MatmulSpec, trials: int) -> int:
     """``trials``, or more where that judges fewer than :data:`MIN_JUDGED_OUTPUTS`."""
-    from matprobe.harness.inputs import shapes
+    from matprobe.measure.inputs import shapes
 
     outputs = math.prod(shapes(spec)["out"])
     return max(trials, math.ceil(MIN_JUDGED_OUTPUTS / max(outputs, 1)))
@@ -184,7 +184,7 @@ def spec_tolerance(spec: MatmulSpec, *, interpreted: bool = False) -> tuple[floa
         truncated=interpreted and output in INTERPRETER_TRUNCATES,
         swiglu=spec.is_swiglu,
     )
-    from matprobe.harness.inputs import shapes
+    from matprobe.measure.inputs import shapes
 
     return few_outputs_norm(tol_norm, tol_rel, math.prod(shapes(spec)["out"])), tol_rel
 
@@ -242,10 +242,10 @@ def compare(
     out: Any, ref: Any, scale: Any | None = None, k: int = 1, *, rounded: Any | None = None
 ) -> Comparison:
     """Error figures of ``out`` (any dtype, any device) against a float64 ``ref``;
-    ``scale`` (see :func:`~matprobe.harness.inputs.reference_scale`) floors the
+    ``scale`` (see :func:`~matprobe.measure.inputs.reference_scale`) floors the
     denominators where the terms of a sum cancel. ``rounded``: Q8_0's second
     legitimate answer, from the weights rounded to fp16
-    (:meth:`~matprobe.harness.inputs.Operands64.rounded_answer`): each element's
+    (:meth:`~matprobe.measure.inputs.Operands64.rounded_answer`): each element's
     error is against the nearer of the two (see the module doc)."""
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"output shape {tuple(out.shape)} != expected {tuple(ref.shape)}")

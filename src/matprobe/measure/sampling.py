@@ -31,7 +31,7 @@ the rotating order; o_proj's 0.68, not 0.64). Each contender is timed in its
 own steady state; the warm replays double the device time of a round.
 
 Every call writes its own output (decode outputs are tiny), so a replay can be
-checked call by call (see :mod:`matprobe.harness.checks`).
+checked call by call (see :mod:`matprobe.measure.checks`).
 
 A :class:`Recorder` hides the device: on CUDA a recording is a CUDA graph timed
 with events; on the CPU it is the list of calls timed with the wall clock. The
@@ -47,8 +47,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from matprobe.harness.results import ClockStats, Ratio
-from matprobe.harness.timing import TimingPolicy
+from matprobe.measure.results import ClockStats, Ratio
+from matprobe.measure.timing import TimingPolicy
 from matprobe.stats import median_ci
 
 Step = Callable[[], None]

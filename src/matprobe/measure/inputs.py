@@ -21,7 +21,7 @@ exact in float64: the kernel is judged on the matmul, the quantization on its
 own (bit for bit against gguf, tests/test_quant.py). A kernel may round each
 ``d·q`` once to fp16 (dequantize-then-matmul does), so a second reference is
 made from those rounded weights and every output is judged against the nearer
-(:meth:`Operands64.rounded_answer`; why: ``harness.validate``'s module doc).
+(:meth:`Operands64.rounded_answer`; why: ``measure.validate``'s module doc).
 
 SwiGLU specs (``op=matmul_swiglu``): W is gate and up stacked, ``[batch, n0 + n1,
 k]`` (rows ``j`` and ``n0 + j`` make output ``j``; Q8_0 quantizes the stacked W),
@@ -127,16 +127,16 @@ def shapes(spec: MatmulSpec) -> dict[str, tuple[int, ...]]:
     }
 
 
-#: Each tensor of an input set draws its own stream (:mod:`~matprobe.harness.draws`).
+#: Each tensor of an input set draws its own stream (:mod:`~matprobe.measure.draws`).
 STREAMS = {"a": 1, "b": 2, "bias": 3, "c0": 4}
 
 
 def make_inputs(spec: MatmulSpec, seed: int, device: Any = "cpu") -> MatmulInputs:
     """Seeded inputs in the spec's dtype on ``device``: the same values on every
-    device (:mod:`~matprobe.harness.draws`), drawn where they are wanted — on a GPU
+    device (:mod:`~matprobe.measure.draws`), drawn where they are wanted — on a GPU
     in milliseconds, which the LM head's 136 M weights need. (Timing's many sets:
     :func:`make_input_sets`.)"""
-    from matprobe.harness.draws import uniform
+    from matprobe.measure.draws import uniform
 
     dims = shapes(spec)
     return _inputs_from(spec, lambda name: uniform(dims[name], seed, STREAMS[name], device))
@@ -280,7 +280,7 @@ class Operands64:
     Q8_0 (``quantized``): two answers are legitimate, the one from the exact weights
     ``d·q`` (:meth:`answer`) and the one from each weight rounded once to fp16, as
     dequantize-then-matmul computes it (:meth:`rounded_answer`); the comparison
-    judges every output against the nearer (``harness.validate``, module doc)."""
+    judges every output against the nearer (``measure.validate``, module doc)."""
 
     w: Any
     c0: Any | None
@@ -420,7 +420,7 @@ def declared_x(a: Any, activation_quant: str | None) -> Any:
 class CallAnswers:
     """The float64 answers to the calls of a timed replay: call ``i`` uses the weights
     of set ``i mod S`` and an ``x`` of its own, row ``i`` of ``x_log`` (written fresh by
-    every replay; see :mod:`matprobe.harness.bench`). The sets' weights are converted
+    every replay; see :mod:`matprobe.measure.bench`). The sets' weights are converted
     once; each judged replay costs one float64 matmul over them."""
 
     def __init__(self, sets: Sequence[MatmulInputs], device: Any) -> None:
@@ -534,7 +534,7 @@ _last_operands: tuple[SeededCase, Operands64] | None = None
 def fresh_x(inputs: MatmulInputs, seed: int) -> torch.Tensor:
     """A new ``x`` (A, in its stored layout and dtype) for ``inputs``, drawn as
     :func:`make_inputs` draws it, under ``seed``: the same values on every device."""
-    from matprobe.harness.draws import uniform
+    from matprobe.measure.draws import uniform
 
     a = inputs.a
     return uniform(tuple(a.shape), seed, STREAMS["a"], a.device).to(a.dtype)

@@ -27,7 +27,7 @@ class ErrorKind(str, Enum):
     OOM = "oom"
     EXCEPTION = "exception"  # any other Python exception in the variant
     #: code in the worker replaced a function the judge or the baseline runs
-    #: (:mod:`matprobe.harness.tamper`): no verdict is taken there
+    #: (:mod:`matprobe.measure.tamper`): no verdict is taken there
     TAMPER = "tamper"
 
 

@@ -11,9 +11,9 @@ and on every machine:
   kernel module imported inside the builder. Imports are found by parsing the
   source with :mod:`ast`, never by importing it: kernel modules import triton,
   which may be missing.
-* the harness's measurement code (:func:`measurement_fingerprint`), part of
-  the timing policy's fingerprint: a store written by an older harness, whose
-  validation or timing differed, is measured again.
+* the measurement core's code (:func:`measurement_fingerprint`): every module
+  of ``measure/``, part of the timing policy's fingerprint: a store written by
+  an older harness, whose validation or timing differed, is measured again.
 
 What a parse cannot see — a module imported by a computed name, a helper
 outside the package directory, a builder that names another module as its own —
@@ -34,26 +34,14 @@ import sysconfig
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-#: The harness modules whose code decides a verdict or a time (with the numeric
-#: constants they define, which live in their text). Missing ones are skipped.
-#: ``sampling`` holds the device clock (the interleaved producer/candidate timing),
-#: ``bench`` the input sets it rotates over, ``draws`` the inputs' values.
-MEASUREMENT_MODULES = (
-    "inputs",
-    "draws",
-    "validate",
-    "timing",
-    "bench",
-    "measure",
-    "checks",
-    "peaks",
-    "sampling",
-    "seeds",
-)
-
-#: Where :data:`MEASUREMENT_MODULES` live: this package's directory.
-HARNESS_DIR = Path(__file__).resolve().parent
-_HARNESS_PACKAGE = __name__.rpartition(".")[0]
+#: The measurement core: this package's folder. Every module file in it is the
+#: code that decides a verdict or a time (with the numeric constants it defines,
+#: which live in its text) — ``sampling`` the device clock, ``bench`` the input sets
+#: it rotates over, ``draws`` the inputs' values, ``validate`` the tolerances, and
+#: so on — so the folder itself is what the policy fingerprint hashes: a module
+#: added to ``measure/`` counts without being listed anywhere.
+MEASURE_DIR = Path(__file__).resolve().parent
+_MEASURE_PACKAGE = __name__.rpartition(".")[0]
 
 
 def hash_files(files: Mapping[str, Path]) -> str:
@@ -174,15 +162,20 @@ def module_fingerprint(module: str, path: Path | None = None) -> str:
 
 
 def measurement_sources(directory: Path | None = None) -> dict[str, Path]:
-    """The files of :data:`MEASUREMENT_MODULES` that exist, by module name."""
-    where = HARNESS_DIR if directory is None else directory
-    files = {f"{_HARNESS_PACKAGE}.{name}": where / f"{name}.py" for name in MEASUREMENT_MODULES}
-    return {name: file for name, file in files.items() if file.is_file()}
+    """Every module file of the measurement core's folder (:data:`MEASURE_DIR`,
+    or ``directory`` in its place), by module name (the package's own
+    ``__init__.py`` as the package)."""
+    where = MEASURE_DIR if directory is None else directory
+    return {
+        _MEASURE_PACKAGE if file.stem == "__init__" else f"{_MEASURE_PACKAGE}.{file.stem}": file
+        for file in sorted(where.glob("*.py"))
+        if file.is_file()
+    }
 
 
 @functools.cache
 def measurement_fingerprint() -> str:
-    """The hash of the harness's measurement code, once per process: the code
+    """The hash of the measurement core's code, once per process: the code
     that runs is what was imported, and planning asks for it once per pair."""
     return hash_files(measurement_sources())
 
@@ -199,7 +192,7 @@ def _installed_roots() -> tuple[Path, ...]:
 
 #: matprobe's own code: its measurement code is in the policy fingerprint, its
 #: families' closures in their own fingerprints
-_OWN_ROOT = HARNESS_DIR.parent
+_OWN_ROOT = MEASURE_DIR.parent
 
 
 def loaded_sources() -> dict[str, str]:

@@ -4,8 +4,8 @@ Order matters: a variant is timed only after it validated (every output inside
 guard zones); on a card that can launch early every variant is checked in a
 dependent chain; every call of every timed replay — device, hot and host clocks
 alike — is judged against the float64 answer to the problem it was given
-(:mod:`matprobe.harness.bench`), and the timed recording once more on refilled
-weights (:mod:`matprobe.harness.checks`). Every call a kernel gets looks the
+(:mod:`matprobe.measure.bench`), and the timed recording once more on refilled
+weights (:mod:`matprobe.measure.checks`). Every call a kernel gets looks the
 same: fresh ``x``, an output prefilled with fresh finite values. Work enqueued
 outside the captured stream, a memoised answer, real work on some calls only,
 work only where the output looks judged: all fail.
@@ -17,11 +17,11 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from typing import Any
 
-from matprobe.harness.bench import Bench, TimedJudge, baseline_on, bench_for, make_bench
-from matprobe.harness.checks import check_chain, check_replay, runs_chain
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.fingerprint import loaded_sources
-from matprobe.harness.inputs import (
+from matprobe.measure.bench import Bench, TimedJudge, baseline_on, bench_for, make_bench
+from matprobe.measure.checks import check_chain, check_replay, runs_chain
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.fingerprint import loaded_sources
+from matprobe.measure.inputs import (
     GuardedOutputs,
     declared_x,
     fresh_copy,
@@ -29,18 +29,18 @@ from matprobe.harness.inputs import (
     seeded_case,
     x64,
 )
-from matprobe.harness.results import Clocks, ErrorKind, PairResult, Status
-from matprobe.harness.sampling import Contender, Recorder, interleave, ratio_of, recorder_for
-from matprobe.harness.seeds import derived, fresh_seed, use_run_seed
-from matprobe.harness.timing import (
+from matprobe.measure.results import Clocks, ErrorKind, PairResult, Status
+from matprobe.measure.sampling import Contender, Recorder, interleave, ratio_of, recorder_for
+from matprobe.measure.seeds import derived, fresh_seed, use_run_seed
+from matprobe.measure.timing import (
     TimingPolicy,
     calls_per_sample,
     gpu_clock_state,
     time_host,
     time_kernels_profiler,
 )
-from matprobe.harness.validate import Validation, validate
-from matprobe.harness.variants import KernelFn, Variant
+from matprobe.measure.validate import Validation, validate
+from matprobe.measure.variants import KernelFn, Variant
 from matprobe.spec import MatmulSpec
 
 #: Kernel-clock disagreement with the device clock worth a note.
@@ -154,7 +154,7 @@ def validate_pair(
     activation_quant: str | None = None,
 ) -> Validation:
     """The float64 validation of a built kernel: ``trials`` seeded input sets (seeds
-    derived from the run's: :mod:`~matprobe.harness.seeds`), each output prefilled
+    derived from the run's: :mod:`~matprobe.measure.seeds`), each output prefilled
     with fresh values inside guard zones. A written guard raises
     :class:`GuardBreachError`. ``activation_quant``: what the kernel's family
     declares it does to x (``VariantFamily.activation_quant``)."""
@@ -282,7 +282,7 @@ def _time(
     activation_quant: str | None = None,
 ) -> tuple[Clocks, str | None]:
     """The device clock after a producer, interleaved with the baseline (see
-    :mod:`matprobe.harness.sampling`), then the replay check on refilled weights,
+    :mod:`matprobe.measure.sampling`), then the replay check on refilled weights,
     then the hot, host and (optionally) kernel clocks — every call of every timed
     replay judged. Returns the clocks and the first problem found, if any.
     ``activation_quant``: the candidate family's declaration (the baseline is

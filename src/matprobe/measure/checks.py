@@ -2,7 +2,7 @@
 
 * :func:`check_replay` — after timing, every input set's weights are refilled
   *in place* with new values and the timed recording is replayed once (its
-  calls' ``x`` and outputs are fresh anyway: :mod:`matprobe.harness.bench`);
+  calls' ``x`` and outputs are fresh anyway: :mod:`matprobe.measure.bench`);
   every call's output is judged. A kernel that memoised or baked in something
   derived from the weights fails here.
 * :func:`check_chain` — a chain of dependent calls, each output feeding the next
@@ -10,7 +10,7 @@
   kernel that reads ``x`` before waiting on the kernel that writes it (early
   launch) computes with the fill. Run for every variant on a card that can
   launch early (:func:`runs_chain`), declared or not.
-* Guard zones around every output (:class:`~matprobe.harness.inputs.GuardedOutputs`)
+* Guard zones around every output (:class:`~matprobe.measure.inputs.GuardedOutputs`)
   are checked after each of these and after each validation trial.
 """
 
@@ -20,9 +20,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from matprobe.harness.bench import Bench
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import (
+from matprobe.measure.bench import Bench
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.inputs import (
     GuardedOutputs,
     MatmulInputs,
     Operands64,
@@ -31,8 +31,8 @@ from matprobe.harness.inputs import (
     shapes,
     torch_float64,
 )
-from matprobe.harness.seeds import fresh_seed
-from matprobe.harness.validate import first_failure, spec_tolerance
+from matprobe.measure.seeds import fresh_seed
+from matprobe.measure.validate import first_failure, spec_tolerance
 from matprobe.spec import MatmulSpec
 
 #: Dependent calls in a chain, and replays of it (each replay filled afresh).

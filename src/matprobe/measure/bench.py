@@ -1,7 +1,7 @@
 """A spec's timing bench: what every candidate of that spec is timed against, and
 how each timed call is judged.
 
-The device clock (:mod:`matprobe.harness.sampling`) replays three recordings — the
+The device clock (:mod:`matprobe.measure.sampling`) replays three recordings — the
 producer alone, the candidate after it, the baseline after it — over input sets
 rotated past the L2. Only the candidate's recording belongs to one pair. The
 sets, the producer's recording and the baseline's are the same for every
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from matprobe.harness.inputs import (
+from matprobe.measure.inputs import (
     CallAnswers,
     GuardedOutputs,
     MatmulInputs,
@@ -44,10 +44,10 @@ from matprobe.harness.inputs import (
     make_input_sets,
     refill_sets,
 )
-from matprobe.harness.sampling import Contender, Recorder, Step
-from matprobe.harness.seeds import fresh_seed
-from matprobe.harness.timing import TimingPolicy, calls_per_sample, rotation_count
-from matprobe.harness.validate import Verdicts, describe_first, spec_tolerance
+from matprobe.measure.sampling import Contender, Recorder, Step
+from matprobe.measure.seeds import fresh_seed
+from matprobe.measure.timing import TimingPolicy, calls_per_sample, rotation_count
+from matprobe.measure.validate import Verdicts, describe_first, spec_tolerance
 from matprobe.spec import MatmulSpec
 
 #: Most input-set bytes the benches of one process keep; the newest always stays.
@@ -241,7 +241,7 @@ class TimedJudge:
     Slots, no instance dictionary: a kernel that finds its judge (``gc``) cannot
     give it a ``keep`` or ``problem`` of its own; one that empties what the judge
     holds leaves fewer judged outputs than the rounds kept (:meth:`judged`,
-    counted from the verdicts themselves, which :func:`~matprobe.harness.sampling.interleave`
+    counted from the verdicts themselves, which :func:`~matprobe.measure.sampling.interleave`
     checks against its own count)."""
 
     __slots__ = (

@@ -1,6 +1,6 @@
 """The timing policy and the clocks besides the device clock (DESIGN.md §4).
 
-* ``device`` (see :mod:`matprobe.harness.sampling`): per-call device time of
+* ``device`` (see :mod:`matprobe.measure.sampling`): per-call device time of
   the candidate after a producer kernel that writes its input, the producer's
   own time subtracted, interleaved with the baseline; CUDA-graph replays of
   many calls rotating over input sets whose total size exceeds
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from matprobe.harness.fingerprint import measurement_fingerprint
-from matprobe.harness.results import ClockStats
+from matprobe.measure.fingerprint import measurement_fingerprint
+from matprobe.measure.results import ClockStats
 
 Call = Callable[[Any, Any], None]  # (inputs, out) -> None
 
@@ -51,7 +51,7 @@ class TimingPolicy:
     trials: int = 3
     #: cap on the memory the rotating input sets may take (bytes)
     max_rotation_bytes: int = 4 * 2**30
-    #: the run's seed, every drawn value's origin (:mod:`~matprobe.harness.seeds`;
+    #: the run's seed, every drawn value's origin (:mod:`~matprobe.measure.seeds`;
     #: None: one from the OS). Not part of the fingerprint: a verdict reached on
     #: other values is the same verdict.
     seed: int | None = None
@@ -153,7 +153,7 @@ def _kernel_durations(launch: Callable[[], None]) -> list[float]:
 def gpu_clock_state(index: int = 0) -> dict[str, str]:
     """SM clock and active throttle reasons of CUDA card ``index``, as nvidia-smi
     reports them (read only; {} where it says nothing)."""
-    from matprobe.harness.device import command_line, nvidia_smi_id
+    from matprobe.measure.device import command_line, nvidia_smi_id
 
     fields = "clocks.sm,clocks.max.sm,clocks_throttle_reasons.active,temperature.gpu,power.draw"
     line = command_line(
