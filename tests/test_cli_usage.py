@@ -330,7 +330,7 @@ def test_naming_a_family_keeps_one_interpreted_point_on_the_cpu(
     tmp_path: Path, pattern: str, extra: tuple[str, ...], points: int | None
 ) -> None:
     pytest.importorskip("triton", reason="needs triton for the family's support check")
-    from matprobe.variants.catalogue import shipped_registry
+    from matprobe.kernels.catalogue import shipped_registry
 
     code, out = run_cpu(
         tmp_path,

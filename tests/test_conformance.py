@@ -41,12 +41,12 @@ import pytest
 
 from conftest import NOT_INTERPRETING, interpreting
 from matprobe.errors import MatprobeError
+from matprobe.kernels.catalogue import shipped_registry
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.fingerprint import module_closure
 from matprobe.measure.pair import GuardBreachError, validate_pair
 from matprobe.measure.variants import KernelFn, Variant, VariantFamily, variant_family
 from matprobe.spec import DTYPES, OP_KINDS, MatmulSpec
-from matprobe.variants.catalogue import shipped_registry
 
 CPU = DeviceInfo(kind="cpu", name="test")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)

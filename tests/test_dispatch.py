@@ -23,12 +23,12 @@ from matprobe.cli import main  # noqa: E402
 from matprobe.dispatch import DispatchError, DispatchTable, Entry, load_table  # noqa: E402
 from matprobe.dispatch.export import table_filename, tables_from_report  # noqa: E402
 from matprobe.dispatch.kernels import Dispatcher, register_custom_op, run_linear  # noqa: E402
+from matprobe.kernels.catalogue import shipped_registry  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
 from matprobe.measure.inputs import MatmulInputs, make_inputs, reference  # noqa: E402
 from matprobe.measure.results import PairResult  # noqa: E402
 from matprobe.measure.variants import Registry  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
-from matprobe.variants.catalogue import shipped_registry  # noqa: E402
 from test_report_verdicts import (  # noqa: E402
     BASE,
     GEMV,

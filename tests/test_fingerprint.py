@@ -1,8 +1,9 @@
 """Stale verdicts: the fingerprints that decide whether a stored result is served.
 
 A family's fingerprint covers its whole wrapper module and the package modules
-it imports; the timing policy's covers the harness's measurement code; the plan
-says why a pair that was measured before runs again.
+it imports; the timing policy's covers the measurement core's code, every
+module of ``measure/``; the plan says why a pair that was measured before runs
+again.
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ def test_fingerprints_are_the_same_in_every_process() -> None:
     source file (generated code) once hashed its repr, which holds its address."""
     code = "\n".join([
         "from matprobe.measure.variants import variant_family",
-        "from matprobe.variants.triton_gemv_stream import GEMV_STREAM",
+        "from matprobe.kernels.triton.gemv_stream import GEMV_STREAM",
         "from matprobe.measure.timing import TimingPolicy",
         "ns = {'__name__': 'generated'}",
         "exec('def build(spec, params, device):\\n    return None\\n', ns)",
@@ -198,22 +199,22 @@ def test_fingerprints_are_the_same_in_every_process() -> None:
 
 # ---- the shipped families ----------------------------------------------------------------
 
-SHIPPED = ["triton_gemv", "triton_gemv_stream", "triton_splitk", "triton_gemv_tn",
-           "triton_attention", "triton_gemm"]  # fmt: skip
+SHIPPED = ["gemv", "gemv_stream", "splitk", "gemv_tn", "attention", "gemm"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_families_hash_the_modules_their_sources_lists_named(name: str) -> None:
     """What the hand-made ``sources=`` lists named — the kernel file, the shared
     helpers, the epilogue the kernels call — is in the whole-module hash."""
-    module = importlib.import_module(f"matprobe.variants.{name}")
+    module = importlib.import_module(f"matprobe.kernels.triton.{name}")
     closure = module_closure(module.__name__, Path(module.__file__ or ""))
-    kernels = f"matprobe.variants._{name}_kernels"
-    assert {module.__name__, kernels, "matprobe.variants._triton_common"} <= set(closure)
+    kernels = f"matprobe.kernels.triton._{name}_kernels"
+    assert {module.__name__, kernels, "matprobe.kernels.triton._common"} <= set(closure)
     assert closure[kernels].read_text(encoding="utf-8") == module.KERNELS_SOURCE
-    if "_triton_blocks" in module.KERNELS_SOURCE:
-        assert "matprobe.variants._triton_blocks" in closure
-    assert not any(n.startswith("matprobe.measure") for n in closure)  # only the package
+    if "matprobe.kernels.triton._blocks" in module.KERNELS_SOURCE:
+        assert "matprobe.kernels.triton._blocks" in closure
+    assert not any(n.startswith(("matprobe.measure", "matprobe.kernels.peers")) for n in closure)
+    assert all(n.startswith("matprobe.kernels.triton") for n in closure)  # only the package
 
 
 def test_imported_names_resolve_relative_and_from_imports() -> None:
@@ -263,7 +264,7 @@ def test_the_measurement_code_is_every_module_of_the_measure_folder() -> None:
             "matprobe.measure.variants", "matprobe.measure.fingerprint"} <= set(found)  # fmt: skip
     assert all(n == "matprobe.measure" or n.startswith("matprobe.measure.") for n in found)
     assert "matprobe.report.build" not in found
-    assert not any(n.startswith(("matprobe.run", "matprobe.kernels", "matprobe.variants"))
+    assert not any(n.startswith(("matprobe.run", "matprobe.kernels"))
                    for n in found)  # fmt: skip
 
 

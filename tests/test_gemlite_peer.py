@@ -15,12 +15,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from matprobe.kernels.catalogue import shipped_registry
+from matprobe.kernels.peers import gemlite_ref
+from matprobe.kernels.peers.gemlite_ref import GEMLITE_A16W8, NAME, gemlite_layout
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
-from matprobe.variants import gemlite_ref
-from matprobe.variants.catalogue import shipped_registry
-from matprobe.variants.gemlite_ref import GEMLITE_A16W8, NAME, gemlite_layout
 
 CPU = DeviceInfo(kind="cpu", name="test-cpu")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)

@@ -626,7 +626,7 @@ def test_impact_uses_counts_and_tokens() -> None:
 def test_cancelling_sums_are_judged_on_the_term_scale(seed_n: int) -> None:
     """n = 1 with a bias: an output can cancel to ~0 while its terms are O(1); plain
     fp32 (torch's own matmul) must pass, and a wrong answer must still fail."""
-    from matprobe.variants.torch_ref import torch_matmul
+    from matprobe.kernels.peers.torch_ref import torch_matmul
 
     spec = spec_of(op="matmul_bias_add", n=seed_n, k=300)
     assert measure(spec, torch_matmul.variants()[0]).status is Status.PASS

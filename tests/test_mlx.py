@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from matprobe.errors import MatprobeError
+from matprobe.kernels.peers import mlx_ref, torch_ref
 from matprobe.measure import device as device_mod
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.validate import FP32_ROUNDOFF, UNIT_ROUNDOFF
 from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
-from matprobe.variants import mlx_ref, torch_ref
 
 
 def _mlx_loads() -> bool:
@@ -183,7 +183,7 @@ def test_module_imports_without_mlx() -> None:
         "from matprobe.measure.device import DeviceInfo\n"
         "from matprobe.measure.variants import Variant\n"
         "from matprobe.spec import MatmulSpec\n"
-        "from matprobe.variants import mlx_ref\n"
+        "from matprobe.kernels.peers import mlx_ref\n"
         "s = MatmulSpec.parse('op=matmul | batch=1 | m=1 | n=53 | k=40 | tA=0 | tB=1')\n"
         "v = Variant(mlx_ref.FAMILIES[0])\n"
         "print(v.unsupported_reason(s.with_dtype('f16'), DeviceInfo(kind='cpu', name='x')))\n"
@@ -205,7 +205,7 @@ def test_mlx_without_a_backend_is_a_capability_reason() -> None:
         "from matprobe.measure.device import DeviceInfo\n"
         "from matprobe.measure.variants import Variant\n"
         "from matprobe.spec import MatmulSpec\n"
-        "from matprobe.variants import mlx_ref\n"
+        "from matprobe.kernels.peers import mlx_ref\n"
         "s = MatmulSpec.parse('op=matmul | batch=1 | m=1 | n=53 | k=40 | tA=0 | tB=1')\n"
         "v = Variant(mlx_ref.FAMILIES[0])\n"
         "print(v.unsupported_reason(s.with_dtype('f16'), DeviceInfo(kind='cpu', name='x')))\n"

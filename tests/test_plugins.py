@@ -17,10 +17,10 @@ import pytest
 pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 from matprobe.cli import main
+from matprobe.kernels.catalogue import shipped_registry
 from matprobe.measure.variants import SHIPPED_FACTORY, registry_with_plugins
 from matprobe.run.manifest import ManifestError, parse_manifest
 from matprobe.run.store import ResultStore
-from matprobe.variants.catalogue import shipped_registry
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -13,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
+from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
 from matprobe.measure.checks import check_chain  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
 from matprobe.measure.inputs import (  # noqa: E402
@@ -31,7 +32,6 @@ from matprobe.measure.validate import UNIT_ROUNDOFF, compare, spec_tolerance  # 
 from matprobe.measure.variants import KernelFn, Variant, variant_family  # noqa: E402
 from matprobe.quant import dequantize_q8_0, quantize_q8_0  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
-from matprobe.variants.torch_ref import torch_matmul  # noqa: E402
 
 CPU = DeviceInfo(kind="cpu", name="test-cpu")
 FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.02, host_samples=3)

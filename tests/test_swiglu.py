@@ -21,6 +21,8 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 
 from conftest import NOT_INTERPRETING, interpreting  # noqa: E402
 from matprobe.errors import SpecError  # noqa: E402
+from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
+from matprobe.kernels.triton.gemv_swiglu import GEMV_SWIGLU  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
 from matprobe.measure.inputs import (  # noqa: E402
     MatmulInputs,
@@ -39,8 +41,6 @@ from matprobe.measure.validate import (  # noqa: E402
 from matprobe.measure.variants import Variant  # noqa: E402
 from matprobe.quant import dequantize_q8_0  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
-from matprobe.variants.torch_ref import torch_matmul  # noqa: E402
-from matprobe.variants.triton_gemv_swiglu import GEMV_SWIGLU  # noqa: E402
 
 F = torch.nn.functional
 CPU = DeviceInfo(kind="cpu", name="test-cpu")
@@ -103,7 +103,7 @@ def test_specs_outside_the_op_are_refused_with_a_reason(
 
 
 def test_other_families_do_not_take_the_op() -> None:
-    from matprobe.variants.catalogue import shipped_families
+    from matprobe.kernels.catalogue import shipped_families
 
     takers = {f.name for f in shipped_families() if "matmul_swiglu" in f.ops}
     assert takers == {"torch.matmul", "triton.gemv_swiglu", "triton.gemv_decode"}

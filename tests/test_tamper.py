@@ -217,11 +217,11 @@ def test_a_snapshot_sees_a_replaced_function_and_a_swapped_body() -> None:
 def test_measuring_changes_nothing_the_snapshot_watches() -> None:
     """No false alarm: a pair measured by matprobe's own code leaves every watched
     binding as it was."""
+    from matprobe.kernels.catalogue import shipped_registry
     from matprobe.measure.device import detect
     from matprobe.measure.pair import PairContext, measure_pair_safely
     from matprobe.measure.timing import TimingPolicy
     from matprobe.spec import MatmulSpec
-    from matprobe.variants.catalogue import shipped_registry
 
     snapshot = Snapshot.take()
     spec = MatmulSpec.parse(

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from matprobe.kernels.peers import torch_compile
+from matprobe.kernels.peers.torch_compile import CPU_REASON, FAMILIES, TORCH_COMPILE
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.variants import variant_family
 from matprobe.spec import MatmulSpec
-from matprobe.variants import torch_compile
-from matprobe.variants.torch_compile import CPU_REASON, FAMILIES, TORCH_COMPILE
 
 CPU = DeviceInfo(kind="cpu", name="test")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0))
@@ -88,7 +88,7 @@ def test_module_imports_without_torch() -> None:
         "import sys; sys.modules['torch'] = None\n"
         "from matprobe.measure.device import DeviceInfo\n"
         "from matprobe.spec import MatmulSpec\n"
-        "from matprobe.variants.torch_compile import FAMILIES\n"
+        "from matprobe.kernels.peers.torch_compile import FAMILIES\n"
         "loaded = {k for k, v in sys.modules.items() if v is not None}\n"
         "assert 'torch' not in loaded and 'triton' not in loaded, loaded\n"
         "v = FAMILIES[0].variants()[0]\n"

@@ -219,7 +219,7 @@ def test_dropping_the_last_three_k_columns_fails(dtype: str) -> None:
 def test_torch_baseline_passes_with_a_margin(key: str, dtype: str) -> None:
     """No false FAIL: torch's own matmul on the CPU (fp32 accumulation) is well
     inside both bounds on every Qwen2.5 GEMV shape."""
-    from matprobe.variants.torch_ref import torch_matmul
+    from matprobe.kernels.peers.torch_ref import torch_matmul
 
     s = spec(key, dtype)
     if torch_matmul.variants()[0].unsupported_reason(s, CPU):

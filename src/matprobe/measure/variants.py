@@ -6,7 +6,7 @@ The decorator only builds a frozen :class:`VariantFamily`; nothing is
 registered behind the user's back — a :class:`Registry` is filled explicitly,
 so tests can build their own registry of fake and cheating kernels. Which
 families matprobe ships is the families' own business
-(``matprobe.variants.catalogue``); this module never imports one. A run names
+(``matprobe.kernels.catalogue``); this module never imports one. A run names
 its registry by a factory string (:data:`SHIPPED_FACTORY`) resolved where it is
 needed — in the worker processes too — plus the user's *plugins*: modules
 exposing ``FAMILIES`` as the shipped family modules do
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 #: The registry of the families matprobe ships, as a factory string
 #: (``module:function``): resolved by :func:`resolve_factory`, never imported here.
-SHIPPED_FACTORY = "matprobe.variants.catalogue:shipped_registry"
+SHIPPED_FACTORY = "matprobe.kernels.catalogue:shipped_registry"
 
 #: ``VariantFamily.origin`` of the families matprobe ships.
 SHIPPED_ORIGIN = "matprobe"

@@ -1,5 +1,5 @@
 """Triton kernel of the decode step's fused matmuls (imported only by its launcher,
-``matprobe.variants.triton_decode``).
+``matprobe.kernels.triton.decode``).
 
 One row GEMV (m = 1, batch 1, W stored ``[rows, k]``) with everything a decode
 layer does around its matmuls folded in, each part a constexpr:
@@ -14,7 +14,7 @@ layer does around its matmuls folded in, each part a constexpr:
   block (``triton.gemv_q8``'s blockwise path, the faster one on an H100).
 * ``SWIGLU`` — output j is ``silu(W[j]·x) · (W[up + j]·x)``: gate and up rows
   read in one pass (``triton.gemv_swiglu``), the activation applied in registers.
-* the epilogue — ``alpha·acc + beta·C0 + bias`` (``_triton_blocks``): with C0 the
+* the epilogue — ``alpha·acc + beta·C0 + bias`` (``_blocks``): with C0 the
   residual stream and beta = 1 this is the addmm residual of o_proj and down.
 
 Every sum is fp32 and the result is cast once, on store.
@@ -23,7 +23,7 @@ Every sum is fp32 and the result is cast once, on store.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import (
+from matprobe.kernels.triton._blocks import (
     epilogue_terms,
     row_block,
     row_ptrs,

@@ -19,14 +19,14 @@ for every batch entry (attention head) in ONE launch, with m = 1:
 
 All sums are fp32; the epilogue runs in fp32 before one cast on store. C0 and
 the bias are loaded before the reduction so their latency overlaps it.
-Kept in its own module so that importing ``matprobe.variants.triton_attention``
+Kept in its own module so that importing ``matprobe.kernels.triton.attention``
 never imports triton, and so that the family can fingerprint this file's text.
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import arrive_last, row_epilogue_terms, store_out
+from matprobe.kernels.triton._blocks import arrive_last, row_epilogue_terms, store_out
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]

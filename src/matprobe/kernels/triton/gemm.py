@@ -16,7 +16,7 @@ f32 dot is TF32 (~5e-4 relative error), which fails matprobe's f32 tolerance
 is a correctness point, not a speed one; f16/bf16 use the tensor cores.
 
 Importing this module never imports triton or torch: the kernel lives in
-``_triton_gemm_kernels`` and is imported by the builder only; its source text
+``_gemm_kernels`` and is imported by the builder only; its source text
 is read from the file into the family's fingerprint. On the CPU the kernel runs
 in the Triton interpreter (``TRITON_INTERPRET=1`` before the kernels module is
 first imported).
@@ -27,16 +27,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
-from matprobe.spec import DTYPE_BYTES, MatmulSpec
-from matprobe.variants import _triton_common as common
-from matprobe.variants._triton_common import (
+from matprobe.kernels.triton import _common as common
+from matprobe.kernels.triton._common import (
     MAX_TILE_ELEMENTS,
     epilogue_operands,
     interpreter_too_large,
     is_pow2,
     target,
 )
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.spec import DTYPE_BYTES, MatmulSpec
 
 if TYPE_CHECKING:
     from matprobe.measure.device import DeviceInfo
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 NAME = "triton.gemm"
 
 #: The kernel's source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemm_kernels.py")
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemm_kernels.py")
 
 #: Tile-rows per group in the program ordering (tutorial 03's GROUP_SIZE_M).
 GROUP_M = 8
@@ -115,8 +115,8 @@ def GEMM(  # noqa: N802 - the family is a module constant
 ) -> KernelFn:
     """Tiled Triton GEMM (tutorial 03 style): BM×BN tiles, tl.dot over BK steps, fp32 acc."""
 
+    from matprobe.kernels.triton._gemm_kernels import gemm_kernel
     from matprobe.measure.inputs import shapes, torch_dtype
-    from matprobe.variants._triton_gemm_kernels import gemm_kernel
 
     common.check_mode(NAME, gemm_kernel, device)
     dims = shapes(spec)

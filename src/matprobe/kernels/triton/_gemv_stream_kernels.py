@@ -20,7 +20,7 @@ so that the family can fingerprint this file's text.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import epilogue_store
+from matprobe.kernels.triton._blocks import epilogue_store
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]

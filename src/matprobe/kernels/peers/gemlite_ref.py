@@ -53,6 +53,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from matprobe.errors import MatprobeError
+from matprobe.kernels.triton import _common as common
 from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
@@ -141,6 +142,9 @@ def gemlite_layout(quants: Any, scales: Any) -> tuple[Any, Any]:
     dtypes=("q8_0",),
     peer=True,
     requires=("torch", "triton", "gemlite"),
+    # The operand checks it shares with the Triton families live in their folder,
+    # outside this module's package: named, so that an edit there re-measures it.
+    sources=(common,),
 )
 def GEMLITE_A16W8(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
@@ -152,8 +156,6 @@ def GEMLITE_A16W8(  # noqa: N802 - the family is a module constant
         GemLiteLinearTriton,
         forward_functional,
     )
-
-    from matprobe.variants import _triton_common as common
 
     n, k = spec.n_total or 0, spec.k or 0
     groups = k // Q8_0_BLOCK

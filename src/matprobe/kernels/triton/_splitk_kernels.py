@@ -17,14 +17,14 @@ fp32. How the partial sums meet depends on MODE:
 Workspace and counters are zero between calls (allocated zeroed, reset by the
 program or kernel that consumes them), so CUDA-graph replays stay correct.
 
-Kept in its own module so that importing ``matprobe.variants.triton_splitk``
+Kept in its own module so that importing ``matprobe.kernels.triton.splitk``
 never imports triton, and so that the family can fingerprint this file's text.
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import arrive_last, epilogue_store, take_sums
+from matprobe.kernels.triton._blocks import arrive_last, epilogue_store, take_sums
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]

@@ -1,6 +1,6 @@
 """``triton.gemv_decode``: the decode step's GEMV with its neighbours folded in.
 
-One kernel (``_triton_decode_kernels``) for every weight matmul of a decode
+One kernel (``_decode_kernels``) for every weight matmul of a decode
 layer, f16/bf16 or Q8_0 weights stored ``[rows, k]``: an optional RMSNorm
 prologue (the kernel reads the residual stream and normalises it on the way),
 an optional SwiGLU pair of rows per output (gate and up), and the shared
@@ -21,15 +21,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
-from matprobe.spec import Q8_0_BLOCK, MatmulSpec
-from matprobe.variants import _triton_common as common
-from matprobe.variants._triton_common import (
+from matprobe.kernels.triton import _common as common
+from matprobe.kernels.triton._common import (
     MAX_TILE_ELEMENTS,
     interpreter_too_large,
     is_pow2,
     target,
 )
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
     import torch
@@ -45,7 +45,7 @@ MAX_UNROLLED_TILES = 32
 #: Most tile elements a thread may hold (both tiles when SwiGLU) before spilling.
 MAX_PER_THREAD = 256
 
-KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_decode_kernels.py")
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_decode_kernels.py")
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def decode_gemv(
     int8 quants with ``scales`` ``[rows, k/32]`` fp16 (Q8_0); x̂ = RMSNorm(x)·gain
     when ``gain`` is given, else x; with ``swiglu`` the rows are gate then up
     (n = rows/2) and y = silu(gate)·up (no epilogue operands)."""
-    from matprobe.variants._triton_decode_kernels import decode_gemv_kernel
+    from matprobe.kernels.triton._decode_kernels import decode_gemv_kernel
 
     rows, k = w.shape
     n = rows // 2 if swiglu else rows
@@ -175,8 +175,8 @@ def GEMV_DECODE(  # noqa: N802 - the family is a module constant
     """The decode GEMV on one spec: bn outputs a program, fp32 sums, one cast on store."""
     import torch
 
+    from matprobe.kernels.triton._decode_kernels import decode_gemv_kernel
     from matprobe.measure.inputs import activation_dtype, shapes, torch_dtype
-    from matprobe.variants._triton_decode_kernels import decode_gemv_kernel
 
     common.check_mode(NAME, decode_gemv_kernel, device)
     swiglu, quantized = spec.is_swiglu, spec.dtype == "q8_0"

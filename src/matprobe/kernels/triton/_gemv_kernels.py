@@ -3,17 +3,17 @@
 ``y[b, 0, :] = alpha * (W[b] @ x[b, 0, :]) + beta * C0[b, 0, :] + bias`` with W
 stored ``[batch, n, k]`` (the weight layout, tB = 1). Each program computes
 BLOCK_N outputs of one batch entry, walking K in BLOCK_K tiles; products are
-summed in fp32; the shared epilogue (``_triton_blocks``) runs in fp32 before one
+summed in fp32; the shared epilogue (``_blocks``) runs in fp32 before one
 cast on store.
 
-Kept in its own module so that importing ``matprobe.variants.triton_gemv``
+Kept in its own module so that importing ``matprobe.kernels.triton.gemv``
 never imports triton, and so that the family can fingerprint this file's text.
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import epilogue_store
+from matprobe.kernels.triton._blocks import epilogue_store
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]

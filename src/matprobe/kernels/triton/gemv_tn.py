@@ -19,7 +19,7 @@ the workspace (allocated once, by the builder) is zero again after every call,
 so the kernel replays in a CUDA graph.
 
 Importing this module never imports triton or torch: the kernels live in
-``_triton_gemv_tn_kernels`` and are imported by the builder only. Their source
+``_gemv_tn_kernels`` and are imported by the builder only. Their source
 text is read from the file (not imported) into the family's fingerprint.
 """
 
@@ -28,10 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
-from matprobe.spec import MatmulSpec
-from matprobe.variants import _triton_common as common
-from matprobe.variants._triton_common import (
+from matprobe.kernels.triton import _common as common
+from matprobe.kernels.triton._common import (
     DEFAULT_SM_COUNT,
     MAX_GRID_YZ,
     MAX_TILE_ELEMENTS,
@@ -40,6 +38,8 @@ from matprobe.variants._triton_common import (
     plan_k_split,
     target,
 )
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
     from matprobe.measure.device import DeviceInfo
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 NAME = "triton.gemv_tn"
 
 #: The kernels' source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemv_tn_kernels.py")
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_tn_kernels.py")
 
 #: ``split=0`` aims for this many programs per SM (all resident at once: a
 #: 4-warp program leaves room for 16 per SM), each at least one bk-row tile.
@@ -123,11 +123,11 @@ class GemvTNKernel:
     def __init__(self, spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> None:
         import torch
 
-        from matprobe.measure.inputs import shapes, torch_dtype
-        from matprobe.variants._triton_gemv_tn_kernels import (
+        from matprobe.kernels.triton._gemv_tn_kernels import (
             gemv_tn_finalize_kernel,
             gemv_tn_kernel,
         )
+        from matprobe.measure.inputs import shapes, torch_dtype
 
         common.check_mode(NAME, gemv_tn_kernel, device)
         dims = shapes(spec)

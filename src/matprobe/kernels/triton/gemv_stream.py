@@ -17,7 +17,7 @@ from back-to-back replays of the kernel itself, so they include the overlap
 of one GEMV's start with the previous one's end (BENCHMARKS.md says how much).
 
 Importing this module never imports triton or torch: the kernel lives in
-``_triton_gemv_stream_kernels`` and is imported by the builder only; its source
+``_gemv_stream_kernels`` and is imported by the builder only; its source
 text (and the shared epilogue's) is part of the family's fingerprint.
 """
 
@@ -26,14 +26,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
-from matprobe.spec import MatmulSpec
-from matprobe.variants import _triton_common as common
-from matprobe.variants._triton_common import (
+from matprobe.kernels.triton import _common as common
+from matprobe.kernels.triton._common import (
     interpreter_too_large,
     is_pow2,
     target,
 )
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
     from matprobe.measure.device import DeviceInfo
@@ -49,7 +49,7 @@ MAX_K = 16384
 MAX_PER_THREAD = 64
 
 #: The kernel's source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemv_stream_kernels.py")
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_stream_kernels.py")
 
 
 def block_k(k: int) -> int:
@@ -118,8 +118,8 @@ def GEMV_STREAM(  # noqa: N802 - the family is a module constant
 ) -> KernelFn:
     """Persistent Triton GEMV: p programs per SM stream bn-row blocks, x held in registers."""
 
+    from matprobe.kernels.triton._gemv_stream_kernels import gemv_stream_kernel
     from matprobe.measure.inputs import shapes, torch_dtype
-    from matprobe.variants._triton_gemv_stream_kernels import gemv_stream_kernel
 
     common.check_mode(NAME, gemv_stream_kernel, device)
     dims = shapes(spec)

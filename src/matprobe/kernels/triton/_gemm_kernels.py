@@ -28,14 +28,14 @@ there and the tiles are upcast to f32 first (bf16 products are exact in fp32:
 the same sums the tensor cores make). Compiled for a GPU the flag is off and
 the branch is not generated.
 
-Kept in its own module so that importing ``matprobe.variants.triton_gemm``
+Kept in its own module so that importing ``matprobe.kernels.triton.gemm``
 never imports triton, and so that the family can fingerprint this file's text.
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import epilogue_terms, store_out
+from matprobe.kernels.triton._blocks import epilogue_terms, store_out
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]

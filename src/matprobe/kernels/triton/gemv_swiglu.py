@@ -9,7 +9,7 @@ f16, bf16 and Q8_0 weights (int8 quants + fp16 block scales, dequantized in
 registers blockwise, as ``triton.gemv_q8`` does).
 
 Importing this module never imports triton or torch (the kernels live in
-``_triton_gemv_swiglu_kernels``).
+``_gemv_swiglu_kernels``).
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
-from matprobe.spec import Q8_0_BLOCK, MatmulSpec
-from matprobe.variants import _triton_common as common
-from matprobe.variants._triton_common import (
+from matprobe.kernels.triton import _common as common
+from matprobe.kernels.triton._common import (
     MAX_TILE_ELEMENTS,
     interpreter_too_large,
     is_pow2,
     target,
 )
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
     from matprobe.measure.device import DeviceInfo
@@ -40,7 +40,7 @@ MAX_UNROLLED_TILES = 32
 #: tiles together (gate and up), so each gets half of what a plain GEMV's gets.
 MAX_PER_THREAD = 256
 
-KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemv_swiglu_kernels.py")
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_swiglu_kernels.py")
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
@@ -91,11 +91,11 @@ def GEMV_SWIGLU(  # noqa: N802 - the family is a module constant
     """Fused gate/up GEMV with SwiGLU: BLOCK_N outputs a program, fp32 sums, one cast on store."""
     import torch
 
-    from matprobe.measure.inputs import activation_dtype, shapes, torch_dtype
-    from matprobe.variants._triton_gemv_swiglu_kernels import (
+    from matprobe.kernels.triton._gemv_swiglu_kernels import (
         gemv_swiglu_kernel,
         gemv_swiglu_q8_kernel,
     )
+    from matprobe.measure.inputs import activation_dtype, shapes, torch_dtype
 
     quantized = spec.dtype == "q8_0"
     kernel = gemv_swiglu_q8_kernel if quantized else gemv_swiglu_kernel

@@ -19,14 +19,14 @@ MODE (constexpr) picks what a program does with its column sums:
 * 2 — split K, partial sums only; :func:`gemv_tn_finalize_kernel` (a second
   launch) applies the epilogue and zeroes the workspace.
 
-Kept in its own module so that importing ``matprobe.variants.triton_gemv_tn``
+Kept in its own module so that importing ``matprobe.kernels.triton.gemv_tn``
 never imports triton, and so that the family can fingerprint this file's text.
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import arrive_last, epilogue_store, take_sums
+from matprobe.kernels.triton._blocks import arrive_last, epilogue_store, take_sums
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]

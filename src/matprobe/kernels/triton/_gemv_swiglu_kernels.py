@@ -9,20 +9,20 @@ registers instead of in a second (eager) kernel that re-reads both halves.
 
 Both sums stay fp32 across every K tile (a half-precision running sum is what
 the tolerance refuses), silu and the product are fp32 too, and the result is
-cast once, on store (``_triton_blocks.store_out`` with no C₀ and no bias).
+cast once, on store (``_blocks.store_out`` with no C₀ and no bias).
 
 * :func:`gemv_swiglu_kernel` — f16/bf16 W: products pile up in two
   [BLOCK_N, BLOCK_K] fp32 tiles, reduced once after the last K tile.
 * :func:`gemv_swiglu_q8_kernel` — Q8_0 W in the split layout (int8 quants
   ``[batch, n0 + n1, k]``, fp16 scales ``[batch, n0 + n1, k/32]``), as
-  ``_triton_gemv_q8_kernels`` reads it blockwise: q·x summed within each
+  ``_gemv_q8_kernels`` reads it blockwise: q·x summed within each
   32-weight block, then scaled once per block, in fp32.
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import row_block, row_ptrs, rows_below, silu_mul, store_out
+from matprobe.kernels.triton._blocks import row_block, row_ptrs, rows_below, silu_mul, store_out
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]

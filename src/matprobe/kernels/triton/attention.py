@@ -29,7 +29,7 @@ warps. Both blocks are clamped to the next power of two of their dimension
 more than 128 elements per thread is refused (it would spill registers).
 
 Importing this module never imports triton or torch: the kernels live in
-``_triton_attention_kernels`` and are imported by the builder only; their
+``_attention_kernels`` and are imported by the builder only; their
 source text is read from the file into the family's fingerprint.
 """
 
@@ -38,15 +38,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
-from matprobe.spec import MatmulSpec
-from matprobe.variants import _triton_common as common
-from matprobe.variants._triton_common import (
+from matprobe.kernels.triton import _common as common
+from matprobe.kernels.triton._common import (
     MAX_TILE_ELEMENTS,
     interpreter_too_large,
     is_pow2,
     target,
 )
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
     from matprobe.measure.device import DeviceInfo
@@ -64,7 +64,7 @@ MIN_BLOCK = 16
 MAX_PER_THREAD = 128
 
 #: The kernels' source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_attention_kernels.py")
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_attention_kernels.py")
 
 
 def _next_pow2(value: int) -> int:
@@ -148,11 +148,11 @@ def ATTN_BMV(  # noqa: N802 - the family is a module constant
 
     import torch
 
-    from matprobe.measure.inputs import shapes, torch_dtype
-    from matprobe.variants._triton_attention_kernels import (
+    from matprobe.kernels.triton._attention_kernels import (
         attn_scores_kernel,
         attn_values_kernel,
     )
+    from matprobe.measure.inputs import shapes, torch_dtype
 
     tb = bool(spec.tB)
     kernel = attn_scores_kernel if tb else attn_values_kernel

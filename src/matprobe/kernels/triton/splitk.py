@@ -36,7 +36,7 @@ allocated (zeroed) by the builder, never in ``run``; a built kernel must not
 run on two streams at once (they share the workspace).
 
 Importing this module never imports triton or torch (the kernels live in
-``_triton_splitk_kernels``, read as text for the fingerprint).
+``_splitk_kernels``, read as text for the fingerprint).
 """
 
 from __future__ import annotations
@@ -46,10 +46,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from matprobe.measure.variants import VariantFamily, variant_family
-from matprobe.spec import MatmulSpec
-from matprobe.variants import _triton_common as common
-from matprobe.variants._triton_common import (
+from matprobe.kernels.triton import _common as common
+from matprobe.kernels.triton._common import (
     DEFAULT_SM_COUNT,
     MAX_GRID_YZ,
     MAX_TILE_ELEMENTS,
@@ -59,6 +57,8 @@ from matprobe.variants._triton_common import (
     pow2_up_to,
     target,
 )
+from matprobe.measure.variants import VariantFamily, variant_family
+from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
     from matprobe.measure.device import DeviceInfo
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 NAME = "triton.gemv_splitk"
 
 #: The kernels' source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_splitk_kernels.py")
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_splitk_kernels.py")
 
 MODES: dict[str, int] = {"twopass": 0, "atomic": 1, "atomic_last": 2}
 MIN_K = 1024
@@ -100,7 +100,7 @@ def plan_split(
     n: int, k: int, batch: int, bn: int, bk: int, split: int, sm_count: int = 0
 ) -> SplitPlan:
     """Slices for ``split`` (0: automatic) on a device with ``sm_count`` SMs
-    (0: :data:`~matprobe.variants._triton_common.DEFAULT_SM_COUNT`).
+    (0: :data:`~matprobe.kernels.triton._common.DEFAULT_SM_COUNT`).
 
     Automatic: the tiles per slice, a power of two (one load per slice) of at
     most :data:`MAX_TILES_PER_SLICE`, whose program count is nearest, in ratio,
@@ -178,11 +178,11 @@ class SplitKGemv:
     def __init__(self, spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> None:
         import torch
 
-        from matprobe.measure.inputs import shapes, torch_dtype
-        from matprobe.variants._triton_splitk_kernels import (
+        from matprobe.kernels.triton._splitk_kernels import (
             splitk_finalize_kernel,
             splitk_partial_kernel,
         )
+        from matprobe.measure.inputs import shapes, torch_dtype
 
         common.check_mode(NAME, splitk_partial_kernel, device)
         dims = shapes(spec)

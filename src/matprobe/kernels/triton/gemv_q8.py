@@ -6,7 +6,7 @@ see :mod:`matprobe.quant`), dequantized in registers: 34/32 bytes a weight
 instead of fp16's 2, so a memory-bound GEMV can take ~0.53× the fp16 time.
 
 Importing this module never imports triton or torch (the kernel lives in
-``_triton_gemv_q8_kernels``).
+``_gemv_q8_kernels``).
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
-from matprobe.spec import Q8_0_BLOCK, MatmulSpec
-from matprobe.variants import _triton_common as common
-from matprobe.variants._triton_common import (
+from matprobe.kernels.triton import _common as common
+from matprobe.kernels.triton._common import (
     MAX_TILE_ELEMENTS,
     interpreter_too_large,
     is_pow2,
     target,
 )
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
     from matprobe.measure.device import DeviceInfo
@@ -36,7 +36,7 @@ MAX_UNROLLED_TILES = 32
 #: Most tile elements a thread may hold before the registers spill.
 MAX_PER_THREAD = 256
 
-KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemv_q8_kernels.py")
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_q8_kernels.py")
 
 
 def q8_gemv_reason(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
@@ -82,7 +82,7 @@ def q8_gemv_launcher(
     extra: Mapping[str, Any] | None = None,
 ) -> KernelFn:
     """The ``run`` of a row-blocked Q8_0 GEMV ``kernel`` whose arguments are
-    :func:`~matprobe.variants._triton_gemv_q8_kernels.gemv_q8_kernel`'s: a
+    :func:`~matprobe.kernels.triton._gemv_q8_kernels.gemv_q8_kernel`'s: a
     (cdiv(n, bn), batch) grid, the operands checked against the spec (naming the
     one that is wrong) before each launch. ``extra``: the kernel's own constexprs."""
     import torch
@@ -149,7 +149,7 @@ def GEMV_Q8(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 ) -> KernelFn:
     """Q8_0 GEMV: BLOCK_N rows of int8 W + fp16 block scales per program, dequantized in fp32."""
-    from matprobe.variants._triton_gemv_q8_kernels import gemv_q8_kernel
+    from matprobe.kernels.triton._gemv_q8_kernels import gemv_q8_kernel
 
     blockwise = {"BLOCKWISE": bool(params.get("blk", 0))}
     return q8_gemv_launcher(NAME, gemv_q8_kernel, spec, params, device, blockwise)

@@ -26,7 +26,7 @@ Every program computes the same x̂: the steps are deterministic.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.variants._triton_blocks import epilogue_store, row_block, row_ptrs
+from matprobe.kernels.triton._blocks import epilogue_store, row_block, row_ptrs
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]

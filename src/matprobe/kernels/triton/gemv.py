@@ -5,7 +5,7 @@ m = 1 with W stored ``[batch, n, k]`` (tB = 1, the weight layout). With m = 1
 A is ``[batch, 1, k]`` in memory whether tA is set or not, so either is taken.
 
 Importing this module never imports triton or torch: the kernel lives in
-``_triton_gemv_kernels`` and is imported by the builder only. Its source text
+``_gemv_kernels`` and is imported by the builder only. Its source text
 is read from the file (not imported) into the family's fingerprint, so editing
 the kernel re-runs exactly this family's pairs.
 
@@ -19,15 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
-from matprobe.spec import MatmulSpec
-from matprobe.variants import _triton_common as common
-from matprobe.variants._triton_common import (
+from matprobe.kernels.triton import _common as common
+from matprobe.kernels.triton._common import (
     MAX_TILE_ELEMENTS,
     interpreter_too_large,
     is_pow2,
     target,
 )
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
     from matprobe.measure.device import DeviceInfo
@@ -45,7 +45,7 @@ WIDE_TILE = 1024
 MAX_PER_THREAD = 256
 
 #: The kernel's source, read without importing it (part of the fingerprint).
-KERNELS_SOURCE: str = common.kernels_source(__file__, "_triton_gemv_kernels.py")
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_kernels.py")
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
@@ -116,8 +116,8 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
 ) -> KernelFn:
     """Plain Triton GEMV: BLOCK_N rows of W [n, k] per program, K in BLOCK_K tiles, fp32 sums."""
 
+    from matprobe.kernels.triton._gemv_kernels import gemv_nt_kernel
     from matprobe.measure.inputs import shapes, torch_dtype
-    from matprobe.variants._triton_gemv_kernels import gemv_nt_kernel
 
     common.check_mode(NAME, gemv_nt_kernel, device)
     dims = shapes(spec)
