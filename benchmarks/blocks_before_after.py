@@ -62,11 +62,11 @@ PAIRS: list[tuple[str, str, dict[str, Any]]] = [
 
 
 def measure(label: str, out: str, only: str | None = None) -> None:
-    from matprobe.harness.device import detect
-    from matprobe.harness.measure import PairContext, measure_pair_safely
-    from matprobe.harness.timing import TimingPolicy
+    from matprobe.kernels.catalogue import shipped_registry
+    from matprobe.measure.device import detect
+    from matprobe.measure.pair import PairContext, measure_pair_safely
+    from matprobe.measure.timing import TimingPolicy
     from matprobe.spec import MatmulSpec
-    from matprobe.variants.catalogue import shipped_registry
 
     registry = shipped_registry()
     device = detect("cuda")

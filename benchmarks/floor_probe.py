@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from matprobe.harness.timing import TimingPolicy, capture, time_graph
+from matprobe.measure.timing import TimingPolicy, capture, time_graph
 
 
 @triton.jit

@@ -11,11 +11,11 @@ import itertools
 import json
 import sys
 
-from matprobe.harness.device import detect
-from matprobe.harness.measure import PairContext, measure_pair_safely
-from matprobe.harness.timing import TimingPolicy
+from matprobe.kernels.catalogue import shipped_registry
+from matprobe.measure.device import detect
+from matprobe.measure.pair import PairContext, measure_pair_safely
+from matprobe.measure.timing import TimingPolicy
 from matprobe.spec import MatmulSpec
-from matprobe.variants.catalogue import shipped_registry
 
 SHAPES = {
     "gate_up": "op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16",

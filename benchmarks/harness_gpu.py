@@ -12,11 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-from matprobe.harness.device import detect
-from matprobe.harness.measure import PairContext, measure_pair
-from matprobe.harness.timing import TimingPolicy
+from matprobe.kernels.peers.torch_ref import torch_matmul
+from matprobe.measure.device import detect
+from matprobe.measure.pair import PairContext, measure_pair
+from matprobe.measure.timing import TimingPolicy
 from matprobe.spec import MatmulSpec
-from matprobe.variants.torch_ref import torch_matmul
 
 SHAPES = {
     "gate_up": "op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16",

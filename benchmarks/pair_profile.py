@@ -18,10 +18,10 @@ import subprocess
 import sys
 import time
 
-from matprobe.harness.device import detect, nvidia_smi_id
-from matprobe.harness.measure import PairContext, measure_pair_safely
-from matprobe.harness.timing import TimingPolicy, gpu_clock_state
-from matprobe.harness.variants import registry_with_plugins
+from matprobe.measure.device import detect, nvidia_smi_id
+from matprobe.measure.pair import PairContext, measure_pair_safely
+from matprobe.measure.timing import TimingPolicy, gpu_clock_state
+from matprobe.measure.variants import registry_with_plugins
 from matprobe.spec import MatmulSpec
 
 #: name → (spec, the candidate's family), per set of shapes

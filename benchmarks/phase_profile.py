@@ -18,10 +18,10 @@ import pstats
 import sys
 import time
 
-from matprobe.harness.device import detect
-from matprobe.harness.measure import PairContext, measure_pair_safely
-from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import registry_with_plugins
+from matprobe.measure.device import detect
+from matprobe.measure.pair import PairContext, measure_pair_safely
+from matprobe.measure.timing import TimingPolicy
+from matprobe.measure.variants import registry_with_plugins
 from matprobe.spec import MatmulSpec
 
 ATTENTION = (

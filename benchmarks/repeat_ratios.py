@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from matprobe.harness.results import PairResult, Status
+from matprobe.measure.results import PairResult, Status
 from matprobe.run.store import ResultStore
 
 

@@ -15,11 +15,11 @@ import statistics
 import sys
 from collections import defaultdict
 
-from matprobe.harness.bench import bench_for
-from matprobe.harness.device import detect
-from matprobe.harness.sampling import recorder_for
-from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import registry_with_plugins
+from matprobe.measure.bench import bench_for
+from matprobe.measure.device import detect
+from matprobe.measure.sampling import recorder_for
+from matprobe.measure.timing import TimingPolicy
+from matprobe.measure.variants import registry_with_plugins
 from matprobe.spec import MatmulSpec
 
 SPECS = {

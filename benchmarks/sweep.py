@@ -6,7 +6,7 @@ FAIL, never as a time.
 
     PYTHONPATH=src python3 benchmarks/sweep.py FAMILY_MODULE:ATTR 'GRID_JSON' [SHAPE …] > out.txt
 
-e.g. ``matprobe.variants.triton_gemv:GEMV_NT '{"bn": [4, 8, 16], "bk": [512, 1024], "w": [4, 8]}'
+e.g. ``matprobe.kernels.triton.gemv:GEMV_NT '{"bn": [4, 8, 16], "bk": [512, 1024], "w": [4, 8]}'
 gate_up down``. Shapes: gate_up, down, o_proj, qkv, lm_head, qk16 … (see SHAPES).
 """
 
@@ -17,12 +17,12 @@ import json
 import sys
 import time
 
-from matprobe.harness.device import detect
-from matprobe.harness.measure import PairContext, measure_pair_safely
-from matprobe.harness.results import Status
-from matprobe.harness.timing import TimingPolicy
+from matprobe.kernels.peers.torch_ref import torch_matmul
+from matprobe.measure.device import detect
+from matprobe.measure.pair import PairContext, measure_pair_safely
+from matprobe.measure.results import Status
+from matprobe.measure.timing import TimingPolicy
 from matprobe.spec import MatmulSpec
-from matprobe.variants.torch_ref import torch_matmul
 
 
 def _attention(kind: str, length: int) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import sys
 
-from matprobe.harness.device import detect
-from matprobe.harness.measure import PairContext, measure_pair_safely
-from matprobe.harness.timing import TimingPolicy
+from matprobe.kernels.catalogue import shipped_registry
+from matprobe.measure.device import detect
+from matprobe.measure.pair import PairContext, measure_pair_safely
+from matprobe.measure.timing import TimingPolicy
 from matprobe.spec import MatmulSpec
-from matprobe.variants.catalogue import shipped_registry
 
 KEY = "op=matmul_swiglu | batch=1 | m=1 | n=? | k=896 | tA=0 | tB=1 | n0=4864 | n1=4864"
 

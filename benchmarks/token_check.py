@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
-from matprobe.harness.device import detect
-from matprobe.harness.inputs import MatmulInputs
+from matprobe.kernels.catalogue import shipped_registry
+from matprobe.measure.device import detect
+from matprobe.measure.inputs import MatmulInputs
 from matprobe.spec import MatmulSpec
-from matprobe.variants.catalogue import shipped_registry
 
 HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, VOCAB, LAYERS = 896, 4864, 14, 2, 64, 151936, 24
 SHAPES = {

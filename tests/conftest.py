@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from matprobe.harness.device import cuda_available
+from matprobe.measure.device import cuda_available
 
 if "TRITON_INTERPRET" not in os.environ and not cuda_available():
     os.environ["TRITON_INTERPRET"] = "1"
@@ -30,7 +30,7 @@ def _same_draws_in_every_test() -> None:
     """Every test starts its process's draws from one run seed (a run takes its own
     from the OS): a test's values do not depend on which tests ran before it.
     Tests of the seeds themselves set others."""
-    from matprobe.harness import seeds
+    from matprobe.measure import seeds
 
     if importlib.util.find_spec("torch") is not None:
         seeds.restart(TEST_SEED)

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import MatmulInputs
-from matprobe.harness.variants import KernelFn, Registry, VariantFamily, variant_family
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.inputs import MatmulInputs
+from matprobe.measure.variants import KernelFn, Registry, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 
 ALL_OPS = ("matmul", "matmul_bias_add", "matmul_alpha_beta")
@@ -404,8 +404,8 @@ def cheat_precompute(spec: MatmulSpec, params: Mapping[str, Any], device: Device
     a problem it has seen by its ``x`` and writes nothing otherwise."""
     import copy
 
-    from matprobe.harness import seeds
-    from matprobe.harness.inputs import fresh_x, seeded_case
+    from matprobe.measure import seeds
+    from matprobe.measure.inputs import fresh_x, seeded_case
 
     case = seeded_case(spec, seeds.derived("validation"), "cpu")
     ahead = copy.copy(seeds._fresh)  # the counter's next values, not consumed

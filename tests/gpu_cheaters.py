@@ -33,9 +33,9 @@ import torch
 import triton
 import triton.language as tl
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import MatmulInputs
-from matprobe.harness.variants import KernelFn, Registry, VariantFamily, variant_family
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.inputs import MatmulInputs
+from matprobe.measure.variants import KernelFn, Registry, VariantFamily, variant_family
 from matprobe.spec import MatmulSpec
 
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import fake_variants
 from fake_variants import ALL_OPS, exact
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import MatmulInputs
-from matprobe.harness.variants import KernelFn, Registry, variant_family
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.inputs import MatmulInputs
+from matprobe.measure.variants import KernelFn, Registry, variant_family
 from matprobe.spec import MatmulSpec
 
 LOG = "measured.log"

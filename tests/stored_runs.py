@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.results import (
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.results import (
     Clocks,
     ClockStats,
     ErrorKind,
@@ -24,7 +24,7 @@ from matprobe.harness.results import (
     Ratio,
     Status,
 )
-from matprobe.harness.timing import TimingPolicy
+from matprobe.measure.timing import TimingPolicy
 from matprobe.report.build import SpecResults, assemble_report
 from matprobe.report.model import Report
 from matprobe.report.stored_report import report_record

@@ -1,12 +1,13 @@
 """The package's shape, read from its source with ``ast`` (nothing is imported):
 
 * the harness never imports a family module — the catalogue of shipped
-  families belongs to ``matprobe.variants``, and the harness (the measurement
-  core, the run side and the report side) knows a registry only as a factory string;
+  families belongs to ``matprobe.kernels``, and the harness (the measurement
+  core ``measure/``, the run side and the report side) knows a registry only as
+  a factory string;
 * the import graph of ``matprobe.*`` has no cycle, module-level imports or
   any other (inside functions, under ``TYPE_CHECKING``);
 * the folders of the loop keep their boundaries: ``profile/`` (reading
-  profiles) imports only the shared core; the measurement core (``harness/``)
+  profiles) imports only the shared core; the measurement core (``measure/``)
   nothing of the stages around it; ``report/`` reads results and never reaches
   into the measurement core beyond what a result, a device, a timing policy and
   a variant are, nor into the run side beyond the plan, the store and calls per
@@ -127,16 +128,16 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_is_read() -> None:
     """Guards the other tests against passing on an empty graph."""
     graph = import_graph(module_level_only=True)
-    assert "matprobe.run.session" in graph and "matprobe.variants.catalogue" in graph
-    assert "matprobe.harness.variants" in graph["matprobe.variants.catalogue"]
-    assert "matprobe.variants.triton_gemv" in graph["matprobe.variants.catalogue"]
+    assert "matprobe.run.session" in graph and "matprobe.kernels.catalogue" in graph
+    assert "matprobe.measure.variants" in graph["matprobe.kernels.catalogue"]
+    assert "matprobe.kernels.triton.gemv" in graph["matprobe.kernels.catalogue"]
     assert "matprobe.run.runner" in graph["matprobe.run.session"]
     everywhere = import_graph(module_level_only=False)
     assert "matprobe.run.session" in everywhere["matprobe.cli.run"]  # imported in cmd_run
 
 
 #: The packages of the harness: the measurement core, the run side, the report side.
-HARNESS = ("matprobe.harness", "matprobe.run", "matprobe.report")
+HARNESS = ("matprobe.measure", "matprobe.run", "matprobe.report")
 
 
 def test_the_harness_imports_no_family_module() -> None:
@@ -146,10 +147,10 @@ def test_the_harness_imports_no_family_module() -> None:
         for module, targets in graph.items()
         if module.startswith(HARNESS)
         for target in targets
-        if target == "matprobe.variants" or target.startswith("matprobe.variants.")
+        if target == "matprobe.kernels" or target.startswith("matprobe.kernels.")
     }
     assert not offenders
-    importers = {m for m, targets in graph.items() if "matprobe.variants.catalogue" in targets}
+    importers = {m for m, targets in graph.items() if "matprobe.kernels.catalogue" in targets}
     assert not {m for m in importers if m.startswith(HARNESS)}
 
 
@@ -198,9 +199,10 @@ def test_the_profile_side_imports_only_the_shared_core() -> None:
 
 
 def test_the_measurement_core_imports_none_of_the_stages_around_it() -> None:
-    """``harness/`` judges one pair: it knows no profile, run, report or command."""
+    """``measure/`` judges one pair: it knows no profile, run, report, command,
+    dispatch table, decode step or family."""
     graph = import_graph(module_level_only=False)
-    assert not _reaching(graph, "matprobe.harness", SHARED_CORE)
+    assert not _reaching(graph, "matprobe.measure", SHARED_CORE)
 
 
 #: What ``report/`` may know of the measurement core: what a result, a device, a
@@ -208,10 +210,10 @@ def test_the_measurement_core_imports_none_of_the_stages_around_it() -> None:
 #: and of the run side: the plan and its outcome, the store, calls per token —
 #: never a worker, an executor or the session.
 REPORT_SEES = {
-    "matprobe.harness.results",
-    "matprobe.harness.device",
-    "matprobe.harness.timing",
-    "matprobe.harness.variants",
+    "matprobe.measure.results",
+    "matprobe.measure.device",
+    "matprobe.measure.timing",
+    "matprobe.measure.variants",
     "matprobe.run.runner",
     "matprobe.run.store",
     "matprobe.run.per_token",
@@ -235,7 +237,7 @@ def test_of_the_run_side_only_the_session_imports_the_report_side() -> None:
         and any(t.startswith("matprobe.report") for t in targets)
     }
     assert importers == {"matprobe.run.session"}
-    everywhere = set(SHARED_CORE) | {"matprobe.harness", "matprobe.report"}
+    everywhere = set(SHARED_CORE) | {"matprobe.measure", "matprobe.report"}
     assert not _reaching(graph, "matprobe.run", everywhere)  # no profile, cli, token...
 
 
@@ -254,6 +256,23 @@ def test_only_the_entry_points_import_the_command_line() -> None:
     assert importers == {"matprobe.__main__"}
 
 
+def test_the_triton_families_and_the_peers_keep_to_their_folders() -> None:
+    """``kernels/triton/`` imports no peer; a peer takes of ``kernels/triton/`` only
+    the shared operand checks (``_common``, named in its fingerprint's ``sources``),
+    never a Triton family or its kernels; the catalogue is imported by no family."""
+    graph = import_graph(module_level_only=False)
+    triton = {m for m in graph if m.startswith("matprobe.kernels.triton.")}
+    peers = {m for m in graph if m.startswith("matprobe.kernels.peers.")}
+    assert len(triton) >= 20 and len(peers) >= 5
+    assert not {f"{m} imports {t}" for m in triton for t in graph[m] if t in peers}
+    crossing = {t for m in peers for t in graph[m] if t in triton}
+    assert crossing <= {"matprobe.kernels.triton._common"}
+    for module in peers:
+        if "matprobe.kernels.triton._common" in graph[module]:
+            assert "sources=(common,)" in MODULES[module].read_text(encoding="utf-8"), module
+    assert not {m for m in triton | peers if "matprobe.kernels.catalogue" in graph[m]}
+
+
 def test_the_cycle_finder_finds_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
@@ -267,7 +286,7 @@ def test_importing_the_harness_loads_no_family_module() -> None:
         [
             "import importlib, sys",
             f"for name in {harness!r}: importlib.import_module(name)",
-            "loaded = sorted(m for m in sys.modules if m.startswith('matprobe.variants'))",
+            "loaded = sorted(m for m in sys.modules if m.startswith('matprobe.kernels'))",
             "assert not loaded, loaded",
         ]
     )
@@ -283,7 +302,7 @@ def test_the_catalogue_imports_without_torch_triton_or_mlx() -> None:
         [
             "import sys",
             "for name in ('torch', 'triton', 'mlx', 'mlx.core'): sys.modules[name] = None",
-            "from matprobe.variants.catalogue import SHIPPED_MODULES, shipped_registry",
+            "from matprobe.kernels.catalogue import SHIPPED_MODULES, shipped_registry",
             "registry = shipped_registry()",
             "assert len(registry.names()) >= len(SHIPPED_MODULES), registry.names()",
             "print(' '.join(SHIPPED_MODULES))",
@@ -294,19 +313,20 @@ def test_the_catalogue_imports_without_torch_triton_or_mlx() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     shipped = {
-        p.stem
-        for p in (PACKAGE / "variants").glob("*.py")
-        if not p.stem.startswith("_") and p.stem != "catalogue"
+        _module_name(p).removeprefix("matprobe.kernels.")
+        for p in (PACKAGE / "kernels").glob("*/*.py")
+        if not p.stem.startswith("_")
     }
+    assert {"triton.gemv", "peers.torch_ref"} <= shipped
     assert set(proc.stdout.split()) == shipped  # every family module is in the catalogue
 
 
 KERNEL_MODULES = sorted(
     name
     for name in MODULES
-    if name.startswith("matprobe.variants._triton_") and name.endswith("_kernels")
+    if name.startswith("matprobe.kernels.triton._") and name.endswith("_kernels")
 )
-BLOCKS = "matprobe.variants._triton_blocks"
+BLOCKS = "matprobe.kernels.triton._blocks"
 
 
 def _jit_functions(path: Path) -> list[ast.FunctionDef]:
@@ -342,7 +362,7 @@ def test_family_constants_are_defined_once() -> None:
         homes = [
             name
             for name, path in MODULES.items()
-            if name.startswith("matprobe.variants")
+            if name.startswith("matprobe.kernels")
             and any(
                 isinstance(node, ast.Assign | ast.AnnAssign)
                 and any(
@@ -357,17 +377,15 @@ def test_family_constants_are_defined_once() -> None:
 
 # ---- the shared row-block set-up ------------------------------------------------------------
 
-ROW_BLOCKED = ("_triton_gemv_q8_kernels", "_triton_gemv_swiglu_kernels",
-               "_triton_gemv_q8_int8dot_kernels", "_triton_decode_kernels")  # fmt: skip
+ROW_BLOCKED = ("_gemv_q8_kernels", "_gemv_swiglu_kernels", "_gemv_q8_int8dot_kernels",
+               "_decode_kernels")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ROW_BLOCKED)
 def test_the_row_blocked_gemv_kernels_share_their_set_up(name: str) -> None:
     """Program ids, int64 bases, offs_n/mask_n and the row pointers come from
-    ``_triton_blocks`` (``row_block``, ``row_ptrs``), not from a copy in each kernel."""
-    import matprobe.variants as variants
-
-    text = (Path(variants.__file__).parent / f"{name}.py").read_text(encoding="utf-8")
+    ``kernels/triton/_blocks`` (``row_block``, ``row_ptrs``), not from a copy in each kernel."""
+    text = MODULES[f"matprobe.kernels.triton.{name}"].read_text(encoding="utf-8")
     assert "row_block(" in text and "row_ptrs(" in text
     assert "tl.program_id(" not in text, f"{name} sets up its row block itself"
     assert "def silu_mul" not in text, f"{name} defines its own silu_mul"

@@ -199,7 +199,7 @@ def test_all_good_is_zero(tmp_path: Path) -> None:
 
 
 BAD_BASELINE = """
-from matprobe.harness.variants import variant_family
+from matprobe.measure.variants import variant_family
 
 
 @variant_family(name="bad.zeros", ops=("matmul",))
@@ -239,9 +239,9 @@ def test_a_failing_baseline_is_one(
 def test_strict_fails_on_any_failure_and_nothing_passing_is_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from matprobe.harness.device import DeviceInfo
-    from matprobe.harness.results import ErrorKind, PairResult, Status
-    from matprobe.harness.timing import TimingPolicy
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.results import ErrorKind, PairResult, Status
+    from matprobe.measure.timing import TimingPolicy
     from matprobe.report.model import Report, Row, SpecSection, run_problems
     from matprobe.spec import MatmulSpec
 
@@ -251,7 +251,7 @@ def test_strict_fails_on_any_failure_and_nothing_passing_is_one(
         fields = {"reason": "x"} if status is not Status.PASS else {}
         if status is Status.ERROR:
             fields["error_kind"] = ErrorKind.CRASH
-        from matprobe.harness.results import ErrorMetrics
+        from matprobe.measure.results import ErrorMetrics
 
         metrics = ErrorMetrics(0, 0, 0, 0, 1, 1, 1) if status is Status.PASS else None
         result = PairResult(
@@ -330,7 +330,7 @@ def test_naming_a_family_keeps_one_interpreted_point_on_the_cpu(
     tmp_path: Path, pattern: str, extra: tuple[str, ...], points: int | None
 ) -> None:
     pytest.importorskip("triton", reason="needs triton for the family's support check")
-    from matprobe.variants.catalogue import shipped_registry
+    from matprobe.kernels.catalogue import shipped_registry
 
     code, out = run_cpu(
         tmp_path,

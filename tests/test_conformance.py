@@ -41,12 +41,12 @@ import pytest
 
 from conftest import NOT_INTERPRETING, interpreting
 from matprobe.errors import MatprobeError
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.fingerprint import module_closure
-from matprobe.harness.measure import GuardBreachError, validate_pair
-from matprobe.harness.variants import KernelFn, Variant, VariantFamily, variant_family
+from matprobe.kernels.catalogue import shipped_registry
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.fingerprint import module_closure
+from matprobe.measure.pair import GuardBreachError, validate_pair
+from matprobe.measure.variants import KernelFn, Variant, VariantFamily, variant_family
 from matprobe.spec import DTYPES, OP_KINDS, MatmulSpec
-from matprobe.variants.catalogue import shipped_registry
 
 CPU = DeviceInfo(kind="cpu", name="test")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)
@@ -79,7 +79,7 @@ import json, sys
 sys.modules["torch"] = None
 sys.modules["triton"] = None
 import importlib
-from matprobe.harness.device import DeviceInfo
+from matprobe.measure.device import DeviceInfo
 from matprobe.spec import MatmulSpec
 
 found = {}
@@ -127,7 +127,7 @@ def test_imports_and_plans_without_torch_or_triton(
 def module_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[[str], dict[str, Path]]:
-    """Copies a module's closure (see ``harness.fingerprint``) to ``tmp_path`` and points
+    """Copies a module's closure (see ``measure.fingerprint``) to ``tmp_path`` and points
     the loaded module's ``__file__`` at the copy: editing the copies edits the code a
     family's fingerprint is taken from. Returns the copies by module name."""
 
@@ -389,7 +389,7 @@ def writes_past_the_guard(fn: KernelFn) -> KernelFn:
     def run(inputs: Any, out: Any) -> None:
         import torch
 
-        from matprobe.harness.inputs import GUARD_MIN_ELEMENTS
+        from matprobe.measure.inputs import GUARD_MIN_ELEMENTS
 
         fn(inputs, out)
         far = out.storage_offset() + out.numel() + max(GUARD_MIN_ELEMENTS, out.numel()) + 64
@@ -492,7 +492,7 @@ def test_kernel_names_a_wrong_operand(family: VariantFamily) -> None:
     """Built for f16 α·A·B + β·C₀ + bias (and for plain α·A·B), the kernel raises
     ValueError naming the operand that does not match, before it launches."""
     torch = pytest.importorskip("torch")
-    from matprobe.harness.inputs import empty_output, make_inputs
+    from matprobe.measure.inputs import empty_output, make_inputs
 
     if "matmul_alpha_beta" not in family.ops:
         return names_a_wrong_operand_without_epilogue(family)
@@ -528,7 +528,7 @@ def names_a_wrong_operand_without_epilogue(family: VariantFamily) -> None:
     (matmul_swiglu): A, W, out and the layout are named, and inputs that carry a C₀
     or a bias (another op's) are refused."""
     torch = pytest.importorskip("torch")
-    from matprobe.harness.inputs import empty_output, make_inputs
+    from matprobe.measure.inputs import empty_output, make_inputs
 
     picked = pick(family, min(family.ops), main_dtype(family), CASES[0], CPU)
     assert not isinstance(picked, str), picked

@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch", reason="the kernel needs torch")
 pytest.importorskip("triton", reason="the kernel is Triton")
 
 from conftest import interpreting  # noqa: E402
+from matprobe.kernels.triton.decode import DecodeTile, decode_gemv  # noqa: E402
 from matprobe.quant import dequantize_q8_0, quantize_q8_0  # noqa: E402
-from matprobe.variants.triton_decode import DecodeTile, decode_gemv  # noqa: E402
 
 #: Compiled on a GPU, interpreted on the CPU: the two take different code paths
 #: (compiled Triton types both branches of a constexpr if that returns early).

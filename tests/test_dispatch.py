@@ -23,12 +23,12 @@ from matprobe.cli import main  # noqa: E402
 from matprobe.dispatch import DispatchError, DispatchTable, Entry, load_table  # noqa: E402
 from matprobe.dispatch.export import table_filename, tables_from_report  # noqa: E402
 from matprobe.dispatch.kernels import Dispatcher, register_custom_op, run_linear  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.inputs import MatmulInputs, make_inputs, reference  # noqa: E402
-from matprobe.harness.results import PairResult  # noqa: E402
-from matprobe.harness.variants import Registry  # noqa: E402
+from matprobe.kernels.catalogue import shipped_registry  # noqa: E402
+from matprobe.measure.device import DeviceInfo  # noqa: E402
+from matprobe.measure.inputs import MatmulInputs, make_inputs, reference  # noqa: E402
+from matprobe.measure.results import PairResult  # noqa: E402
+from matprobe.measure.variants import Registry  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
-from matprobe.variants.catalogue import shipped_registry  # noqa: E402
 from test_report_verdicts import (  # noqa: E402
     BASE,
     GEMV,
@@ -340,7 +340,7 @@ def test_the_dispatch_command_needs_a_store(tmp_path: Path, capsys: Any) -> None
 
 def judged(entry: Entry, tmp_path: Path, **changes: Any) -> Path:
     """A store holding ``entry``'s PASS as a run of the code installed now records it."""
-    from matprobe.harness.results import Status
+    from matprobe.measure.results import Status
     from matprobe.run.store import ResultStore
 
     grid = {name: (value,) for name, value in entry.params.items()}
@@ -385,7 +385,7 @@ def test_a_winner_without_a_current_pass_is_refused(
     from other code or under another policy, or whose PASS ran with a file that has
     changed since, is not run by the token's table modes."""
     from matprobe.dispatch import unjudged_entries
-    from matprobe.harness.results import Status
+    from matprobe.measure.results import Status
 
     if "status" in changes:
         changes = {**changes, "status": Status(changes["status"]), "reason": "norm-wise error"}

@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
-from matprobe.harness import draws  # noqa: E402
-from matprobe.harness.inputs import make_inputs  # noqa: E402
+from matprobe.measure import draws  # noqa: E402
+from matprobe.measure.inputs import make_inputs  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -89,7 +89,7 @@ SET_SPECS = [
 
 @pytest.mark.parametrize("key", SET_SPECS)
 def test_timing_sets_have_storage_of_their_own_and_the_spec_s_layout(key: str) -> None:
-    from matprobe.harness.inputs import make_input_sets
+    from matprobe.measure.inputs import make_input_sets
 
     spec = MatmulSpec.parse(key)
     one = make_inputs(spec, 1)
@@ -109,7 +109,7 @@ def test_timing_sets_have_storage_of_their_own_and_the_spec_s_layout(key: str) -
 
 @pytest.mark.parametrize("key", SET_SPECS)
 def test_refilled_sets_keep_their_storage_and_change_every_tensor(key: str) -> None:
-    from matprobe.harness.inputs import make_input_sets, refill_sets
+    from matprobe.measure.inputs import make_input_sets, refill_sets
 
     spec = MatmulSpec.parse(key)
     sets = make_input_sets(spec, 5, 3, "cpu")
@@ -126,7 +126,7 @@ def test_references_of_many_sets_at_once_are_each_set_s_own(
 ) -> None:
     """Stacked (and cut into chunks: here two sets a chunk) as computed one by one;
     the bias broadcast per set, never across sets."""
-    from matprobe.harness import inputs as inputs_module
+    from matprobe.measure import inputs as inputs_module
 
     spec = MatmulSpec.parse(key)
     sets = inputs_module.make_input_sets(spec, 9, 5, "cpu")

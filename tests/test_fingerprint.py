@@ -1,8 +1,9 @@
 """Stale verdicts: the fingerprints that decide whether a stored result is served.
 
 A family's fingerprint covers its whole wrapper module and the package modules
-it imports; the timing policy's covers the harness's measurement code; the plan
-says why a pair that was measured before runs again.
+it imports; the timing policy's covers the measurement core's code, every
+module of ``measure/``; the plan says why a pair that was measured before runs
+again.
 """
 
 from __future__ import annotations
@@ -19,18 +20,18 @@ from typing import Any
 
 import pytest
 
-from matprobe.harness import fingerprint
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.fingerprint import (
+from matprobe.measure import fingerprint
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.fingerprint import (
     imported_names,
     measurement_fingerprint,
     measurement_sources,
     module_closure,
     module_fingerprint,
 )
-from matprobe.harness.results import ErrorKind, ErrorMetrics, PairResult, Status
-from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import KernelFn, Variant, variant_family
+from matprobe.measure.results import ErrorKind, ErrorMetrics, PairResult, Status
+from matprobe.measure.timing import TimingPolicy
+from matprobe.measure.variants import KernelFn, Variant, variant_family
 from matprobe.run.runner import (
     ERRORED,
     FORCED,
@@ -51,7 +52,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from matprobe.harness.variants import variant_family
+from matprobe.measure.variants import variant_family
 
 from . import _helpers
 
@@ -184,9 +185,9 @@ def test_fingerprints_are_the_same_in_every_process() -> None:
     """Hash seeds and object addresses must not leak in: a builder without a
     source file (generated code) once hashed its repr, which holds its address."""
     code = "\n".join([
-        "from matprobe.harness.variants import variant_family",
-        "from matprobe.variants.triton_gemv_stream import GEMV_STREAM",
-        "from matprobe.harness.timing import TimingPolicy",
+        "from matprobe.measure.variants import variant_family",
+        "from matprobe.kernels.triton.gemv_stream import GEMV_STREAM",
+        "from matprobe.measure.timing import TimingPolicy",
         "ns = {'__name__': 'generated'}",
         "exec('def build(spec, params, device):\\n    return None\\n', ns)",
         "print(variant_family(name='gen', ops=('matmul',))(ns['build']).source_fingerprint)",
@@ -198,22 +199,22 @@ def test_fingerprints_are_the_same_in_every_process() -> None:
 
 # ---- the shipped families ----------------------------------------------------------------
 
-SHIPPED = ["triton_gemv", "triton_gemv_stream", "triton_splitk", "triton_gemv_tn",
-           "triton_attention", "triton_gemm"]  # fmt: skip
+SHIPPED = ["gemv", "gemv_stream", "splitk", "gemv_tn", "attention", "gemm"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_families_hash_the_modules_their_sources_lists_named(name: str) -> None:
     """What the hand-made ``sources=`` lists named — the kernel file, the shared
     helpers, the epilogue the kernels call — is in the whole-module hash."""
-    module = importlib.import_module(f"matprobe.variants.{name}")
+    module = importlib.import_module(f"matprobe.kernels.triton.{name}")
     closure = module_closure(module.__name__, Path(module.__file__ or ""))
-    kernels = f"matprobe.variants._{name}_kernels"
-    assert {module.__name__, kernels, "matprobe.variants._triton_common"} <= set(closure)
+    kernels = f"matprobe.kernels.triton._{name}_kernels"
+    assert {module.__name__, kernels, "matprobe.kernels.triton._common"} <= set(closure)
     assert closure[kernels].read_text(encoding="utf-8") == module.KERNELS_SOURCE
-    if "_triton_blocks" in module.KERNELS_SOURCE:
-        assert "matprobe.variants._triton_blocks" in closure
-    assert not any(n.startswith("matprobe.harness") for n in closure)  # only the package
+    if "matprobe.kernels.triton._blocks" in module.KERNELS_SOURCE:
+        assert "matprobe.kernels.triton._blocks" in closure
+    assert not any(n.startswith(("matprobe.measure", "matprobe.kernels.peers")) for n in closure)
+    assert all(n.startswith("matprobe.kernels.triton") for n in closure)  # only the package
 
 
 def test_imported_names_resolve_relative_and_from_imports() -> None:
@@ -233,28 +234,38 @@ def f():
     assert imported_names(b"def broken(:", "a.b", True) == frozenset()
 
 
-# ---- the harness's measurement code --------------------------------------------------------
+# ---- the measurement core's code (measure/) ---------------------------------------------
 
 
 @pytest.fixture
 def measurement_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A copy of the measurement modules, used in place of the real ones."""
-    copy = tmp_path / "harness"
+    copy = tmp_path / "measure"
     copy.mkdir()
     for file in measurement_sources().values():
         shutil.copy(file, copy / file.name)
     measurement_fingerprint.cache_clear()
-    monkeypatch.setattr(fingerprint, "HARNESS_DIR", copy)
+    monkeypatch.setattr(fingerprint, "MEASURE_DIR", copy)
     yield copy
     monkeypatch.undo()
     measurement_fingerprint.cache_clear()
 
 
-def test_measurement_modules_are_the_listed_ones_that_exist() -> None:
+def test_the_measurement_code_is_every_module_of_the_measure_folder() -> None:
+    """No hand-kept list: the folder is what the policy fingerprint hashes."""
     found = measurement_sources()
-    assert {"matprobe.harness.timing", "matprobe.harness.validate"} <= set(found)
-    assert all(n.rpartition(".")[2] in fingerprint.MEASUREMENT_MODULES for n in found)
+    folder = Path(fingerprint.__file__).parent
+    assert folder.name == "measure"
+    assert set(found) == {
+        "matprobe.measure" if p.stem == "__init__" else f"matprobe.measure.{p.stem}"
+        for p in folder.glob("*.py")
+    }
+    assert {"matprobe.measure.timing", "matprobe.measure.validate", "matprobe.measure.pair",
+            "matprobe.measure.variants", "matprobe.measure.fingerprint"} <= set(found)  # fmt: skip
+    assert all(n == "matprobe.measure" or n.startswith("matprobe.measure.") for n in found)
     assert "matprobe.report.build" not in found
+    assert not any(n.startswith(("matprobe.run", "matprobe.kernels"))
+                   for n in found)  # fmt: skip
 
 
 def test_policy_fingerprint_follows_the_measurement_code(measurement_copy: Path) -> None:
@@ -271,13 +282,18 @@ def test_policy_fingerprint_follows_the_measurement_code(measurement_copy: Path)
     measurement_fingerprint.cache_clear()
     stricter = TimingPolicy().fingerprint
     assert stricter != before
-    # A listed module that appears later counts; one outside the list does not.
-    (measurement_copy / "report.py").write_text("WIDTH = 80\n", encoding="utf-8")
+    # A file of the folder that is not a module does not count; any module does,
+    # an edited one or one added later, whatever its name.
+    (measurement_copy / "NOTES.txt").write_text("WIDTH = 80\n", encoding="utf-8")
     measurement_fingerprint.cache_clear()
     assert TimingPolicy().fingerprint == stricter
     (measurement_copy / "checks.py").write_text("CHECKS = ()\n", encoding="utf-8")
     measurement_fingerprint.cache_clear()
-    assert TimingPolicy().fingerprint != stricter
+    edited = TimingPolicy().fingerprint
+    assert edited != stricter
+    (measurement_copy / "newly_added.py").write_text("WIDTH = 80\n", encoding="utf-8")
+    measurement_fingerprint.cache_clear()
+    assert TimingPolicy().fingerprint not in (stricter, edited)
     # The settings still count.
     assert TimingPolicy(min_samples=11).fingerprint != TimingPolicy().fingerprint
 

@@ -15,12 +15,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.variants import Variant
+from matprobe.kernels.catalogue import shipped_registry
+from matprobe.kernels.peers import gemlite_ref
+from matprobe.kernels.peers.gemlite_ref import GEMLITE_A16W8, NAME, gemlite_layout
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
-from matprobe.variants import gemlite_ref
-from matprobe.variants.catalogue import shipped_registry
-from matprobe.variants.gemlite_ref import GEMLITE_A16W8, NAME, gemlite_layout
 
 CPU = DeviceInfo(kind="cpu", name="test-cpu")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)
@@ -40,7 +40,7 @@ def gemlite_dequantize(w_q: np.ndarray, scales: np.ndarray, group_size: int) -> 
 @pytest.mark.parametrize(("n", "k"), [(53, 96), (7, 32), (64, 896)])
 def test_the_layout_read_as_gemlite_reads_it_is_our_weights(n: int, k: int) -> None:
     torch = pytest.importorskip("torch")
-    from matprobe.harness.inputs import make_inputs
+    from matprobe.measure.inputs import make_inputs
     from matprobe.quant import dequantize_q8_0
 
     s = replace(SPEC, n=n, k=k)

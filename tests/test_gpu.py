@@ -21,13 +21,13 @@ if os.environ.get("TRITON_INTERPRET") == "1":
 
 import fake_variants  # noqa: E402
 import gpu_cheaters  # noqa: E402
-from matprobe.harness.device import detect  # noqa: E402
-from matprobe.harness.measure import PairContext, measure_pair_safely, validate_pair  # noqa: E402
-from matprobe.harness.results import Status  # noqa: E402
-from matprobe.harness.timing import TimingPolicy  # noqa: E402
+from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
+from matprobe.kernels.triton.gemv import GEMV_NT  # noqa: E402
+from matprobe.measure.device import detect  # noqa: E402
+from matprobe.measure.pair import PairContext, measure_pair_safely, validate_pair  # noqa: E402
+from matprobe.measure.results import Status  # noqa: E402
+from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
-from matprobe.variants.torch_ref import torch_matmul  # noqa: E402
-from matprobe.variants.triton_gemv import GEMV_NT  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 GPU = detect("cuda")
@@ -91,7 +91,7 @@ def test_pdl_gemv_validates_under_graph_replay(key: str, bk: int) -> None:
 @pytest.mark.skipif(NO_PDL, reason="PDL needs compute capability ≥ 9.0")
 @pytest.mark.parametrize("bk", [1024, 256])  # one tile, and split-K through the counters
 def test_pdl_qkv_validates_under_graph_replay(bk: int) -> None:
-    from matprobe.variants.triton_attention import ATTN_BMV
+    from matprobe.kernels.triton.attention import ATTN_BMV
 
     spec = MatmulSpec.parse(
         "op=matmul_bias_add | batch=1 | m=1 | n=1152 | k=896 | tA=0 | tB=0 | dtype=bf16"
@@ -131,7 +131,7 @@ def test_pdl_qkv_validates_under_graph_replay(bk: int) -> None:
     ],
 )
 def test_gemv_stream_validates_under_graph_replay(key: str, params: dict[str, int]) -> None:
-    from matprobe.variants.triton_gemv_stream import GEMV_STREAM
+    from matprobe.kernels.triton.gemv_stream import GEMV_STREAM
 
     if params["pdl"] and NO_PDL:
         pytest.skip("PDL needs compute capability ≥ 9.0")
@@ -252,7 +252,7 @@ def test_candidate_is_interleaved_with_cublas() -> None:
 
 def _shipped_validation_points():  # type: ignore[no-untyped-def]
     """Each shipped family's first grid point, and its first pdl=1 point."""
-    from matprobe.variants.catalogue import shipped_registry
+    from matprobe.kernels.catalogue import shipped_registry
 
     for family in shipped_registry().families():
         if family.name == "torch.compile":
@@ -292,7 +292,7 @@ def test_no_shipped_variant_fails_the_tolerances(dtype: str) -> None:
 def test_a_cached_case_hit_by_a_stray_write_is_drawn_again() -> None:
     """Seeded cases live on the card: one that a kernel writing past its own buffers
     changed is never handed out again (its reference no longer matches it)."""
-    from matprobe.harness.inputs import seeded_case
+    from matprobe.measure.inputs import seeded_case
 
     case = seeded_case(GEMV, 4321, "cuda")
     drawn = case.inputs.b.clone()

@@ -17,20 +17,20 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 import fake_variants  # noqa: E402
-from matprobe.harness import fingerprint  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.inputs import (  # noqa: E402
+from matprobe.measure import fingerprint  # noqa: E402
+from matprobe.measure.device import DeviceInfo  # noqa: E402
+from matprobe.measure.inputs import (  # noqa: E402
     fresh_copy,
     make_inputs,
     reference,
     seeded_case,
     shapes,
 )
-from matprobe.harness.measure import PairContext, classify, measure_pair_safely  # noqa: E402
-from matprobe.harness.results import ErrorKind, Status  # noqa: E402
-from matprobe.harness.timing import TimingPolicy  # noqa: E402
-from matprobe.harness.validate import compare, spec_tolerance, tolerance  # noqa: E402
-from matprobe.harness.variants import Variant  # noqa: E402
+from matprobe.measure.pair import PairContext, classify, measure_pair_safely  # noqa: E402
+from matprobe.measure.results import ErrorKind, Status  # noqa: E402
+from matprobe.measure.timing import TimingPolicy  # noqa: E402
+from matprobe.measure.validate import compare, spec_tolerance, tolerance  # noqa: E402
+from matprobe.measure.variants import Variant  # noqa: E402
 from matprobe.report.build import build_report  # noqa: E402
 from matprobe.report.json_csv import to_csv, to_json  # noqa: E402
 from matprobe.report.markdown import render_markdown  # noqa: E402
@@ -129,7 +129,7 @@ def test_inputs_layouts_and_scale(spec: MatmulSpec) -> None:
 def test_seeded_cases_are_computed_once_and_never_written_through(
     spec: MatmulSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from matprobe.harness import inputs as inputs_module
+    from matprobe.measure import inputs as inputs_module
 
     case = seeded_case(spec, 11)
     fresh = make_inputs(spec, 11)
@@ -381,13 +381,13 @@ def test_a_newer_harness_or_kernel_reruns_cached_pairs_and_says_why(
             "3 pairs: 1 to run (1 re-run: earlier result was an error), 2 cached"
         )
         # A newer harness (its validation edited) must not serve the older verdicts.
-        newer = tmp_path / "harness"
+        newer = tmp_path / "measure"
         newer.mkdir()
         for file in fingerprint.measurement_sources().values():
             shutil.copy(file, newer / file.name)
         with (newer / "validate.py").open("a", encoding="utf-8") as f:
             f.write("\nSTRICTER = True\n")
-        monkeypatch.setattr(fingerprint, "HARNESS_DIR", newer)
+        monkeypatch.setattr(fingerprint, "MEASURE_DIR", newer)
         fingerprint.measurement_fingerprint.cache_clear()
         try:
             plan = make_plan([spec], variants, CPU, FAST, store)
@@ -626,7 +626,7 @@ def test_impact_uses_counts_and_tokens() -> None:
 def test_cancelling_sums_are_judged_on_the_term_scale(seed_n: int) -> None:
     """n = 1 with a bias: an output can cancel to ~0 while its terms are O(1); plain
     fp32 (torch's own matmul) must pass, and a wrong answer must still fail."""
-    from matprobe.variants.torch_ref import torch_matmul
+    from matprobe.kernels.peers.torch_ref import torch_matmul
 
     spec = spec_of(op="matmul_bias_add", n=seed_n, k=300)
     assert measure(spec, torch_matmul.variants()[0]).status is Status.PASS

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import digest
 from conftest import run_cli as matprobe
-from matprobe.harness.timing import TimingPolicy
+from matprobe.measure.timing import TimingPolicy
 from matprobe.report.json_csv import to_json
 from matprobe.report.markdown import render_markdown
 from matprobe.report.stored_report import load_report

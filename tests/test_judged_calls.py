@@ -18,13 +18,13 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 import fake_variants  # noqa: E402
-from matprobe.harness import seeds  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.inputs import MatmulInputs  # noqa: E402
-from matprobe.harness.measure import PairContext, measure_pair_safely  # noqa: E402
-from matprobe.harness.results import Status  # noqa: E402
-from matprobe.harness.timing import TimingPolicy  # noqa: E402
-from matprobe.harness.variants import Variant, variant_family  # noqa: E402
+from matprobe.measure import seeds  # noqa: E402
+from matprobe.measure.device import DeviceInfo  # noqa: E402
+from matprobe.measure.inputs import MatmulInputs  # noqa: E402
+from matprobe.measure.pair import PairContext, measure_pair_safely  # noqa: E402
+from matprobe.measure.results import Status  # noqa: E402
+from matprobe.measure.timing import TimingPolicy  # noqa: E402
+from matprobe.measure.variants import Variant, variant_family  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
 CPU = DeviceInfo(kind="cpu", name="test-cpu")
@@ -154,7 +154,7 @@ def test_many_problems_on_the_same_weights_are_answered_as_one_product(
 ) -> None:
     """The answers to a replay's calls (one more leading axis than the weights) equal
     the broadcast product, computed without copying the weights once a call."""
-    from matprobe.harness.inputs import _matmul
+    from matprobe.measure.inputs import _matmul
 
     x = torch.randn(x_shape, dtype=torch.float64)
     w = torch.randn(w_shape, dtype=torch.float64)
@@ -165,7 +165,7 @@ def test_every_variant_gets_the_chain_on_a_card_that_can_launch_early() -> None:
     """A kernel's parameters saying nothing about early launch prove nothing: on a
     Hopper card every variant runs the dependent chain where the spec can be chained;
     one that declares early launch runs it everywhere (and fails where it cannot)."""
-    from matprobe.harness.checks import runs_chain
+    from matprobe.measure.checks import runs_chain
 
     hopper = DeviceInfo(kind="cuda", name="H100", capability=(9, 0))
     ampere = DeviceInfo(kind="cuda", name="A100", capability=(8, 0))
@@ -213,8 +213,8 @@ def _replays(
     each kept by a :class:`TimedJudge` as the rounds keep it; the kernel is wrong on
     call ``wrong[1]`` of replay ``wrong[0]`` (0-based), or writes the guard after its
     output in replay ``guard_in``. What the judge says after the rounds."""
-    from matprobe.harness.bench import TimedJudge, make_bench
-    from matprobe.harness.inputs import make_input_sets
+    from matprobe.measure.bench import TimedJudge, make_bench
+    from matprobe.measure.inputs import make_input_sets
 
     s = spec(key, "f32")
     sets = make_input_sets(s, 1234, 2, "cpu")
@@ -243,7 +243,7 @@ def test_every_timed_replay_kept_is_judged_and_named(
     """Kept outputs are judged after the rounds (or, past the byte cap, in batches
     between replays): one wrong element in one call of one late replay fails, and
     the message names that replay and call whichever batch held it."""
-    from matprobe.harness import bench
+    from matprobe.measure import bench
 
     monkeypatch.setattr(bench, "KEPT_BYTES", kept_bytes)
     assert _replays(key, 9) is None
@@ -274,8 +274,8 @@ class _ForgetfulJudge:
 def test_rounds_fail_when_the_verdicts_cover_fewer_outputs_than_were_timed() -> None:
     """The rounds count the replays they kept themselves; a verdict needs all of
     them judged, whatever the judge's own bookkeeping says."""
-    from matprobe.harness.sampling import Contender, CpuRecorder, interleave
-    from matprobe.harness.timing import TimingPolicy
+    from matprobe.measure.sampling import Contender, CpuRecorder, interleave
+    from matprobe.measure.timing import TimingPolicy
 
     recorder = CpuRecorder()
     calls = 3
@@ -310,7 +310,7 @@ def test_a_seed_replays_a_pair_exactly_and_another_seed_does_not() -> None:
     """Call for call: the same seed gives the same calls the same values. The stop
     rule reads the clock, so the rounds are pinned here: a replay that times more
     or fewer rounds (CI's first run did) differs from the first round it adds."""
-    from matprobe.harness import bench, inputs
+    from matprobe.measure import bench, inputs
 
     def xs(seed: int) -> list[bytes]:
         # As a new process starts a run: whatever it drew or kept before is gone.
@@ -361,7 +361,7 @@ def test_a_kernel_that_writes_into_its_weights_fails(key: str) -> None:
 
 
 def test_checksums_see_a_swap_that_a_plain_sum_would_not() -> None:
-    from matprobe.harness.inputs import checksums
+    from matprobe.measure.inputs import checksums
 
     t = torch.arange(12, dtype=torch.float16)
     before = checksums([t])
@@ -377,7 +377,7 @@ def test_checksums_batched_are_each_tensors_own_and_see_one_changed_bit(
     checksum is still that tensor's own (the per-tensor formula), whatever its
     neighbours, and one flipped bit in one of many like-sized sets changes its own
     checksum only."""
-    from matprobe.harness import inputs
+    from matprobe.measure import inputs
 
     monkeypatch.setattr(inputs, "CHECKSUM_BATCH", batch)
     gen = torch.Generator().manual_seed(5)
@@ -419,7 +419,7 @@ def _hidden_family(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Vari
 
         return importlib.import_module("hidden_" + "arithmetic").run
 
-    build.__module__ = "matprobe.variants.torch_ref"  # says it is shipped code
+    build.__module__ = "matprobe.kernels.peers.torch_ref"  # says it is shipped code
     family = variant_family(name="cheat.hidden_module", ops=("matmul",))(build)
     return family.variants()[0], helper
 
@@ -440,7 +440,7 @@ def test_an_edit_to_a_module_it_ran_makes_the_cached_result_stale(
 ) -> None:
     """A family whose kernel, kept where its fingerprint cannot see, is edited to write
     zeros keeps no cached PASS: the plan measures it again, and no table exports it."""
-    from matprobe.harness.fingerprint import changed_sources
+    from matprobe.measure.fingerprint import changed_sources
     from matprobe.run.runner import LOADED_CHANGED, PairState, make_plan
     from matprobe.run.store import ResultStore
 
@@ -460,7 +460,7 @@ def test_an_edit_to_a_module_it_ran_makes_the_cached_result_stale(
 def test_a_result_records_the_versions_of_the_packages_its_process_imported() -> None:
     """The installed distributions a process imported from count as what ran: a
     result measured under another version of one of them is stale."""
-    from matprobe.harness.fingerprint import DIST_PREFIX, changed_sources, loaded_sources
+    from matprobe.measure.fingerprint import DIST_PREFIX, changed_sources, loaded_sources
 
     recorded = loaded_sources()
     assert DIST_PREFIX + "torch" in recorded and DIST_PREFIX + "numpy" in recorded

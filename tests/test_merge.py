@@ -8,7 +8,7 @@ import pytest
 
 from conftest import digest
 from matprobe.cli import main
-from matprobe.harness.results import PairResult
+from matprobe.measure.results import PairResult
 from matprobe.run.merge import merge_stores
 from matprobe.run.store import ResultKey, ResultStore
 from test_store import make_result

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from matprobe.errors import MatprobeError
-from matprobe.harness import device as device_mod
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.validate import FP32_ROUNDOFF, UNIT_ROUNDOFF
-from matprobe.harness.variants import Variant
+from matprobe.kernels.peers import mlx_ref, torch_ref
+from matprobe.measure import device as device_mod
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.validate import FP32_ROUNDOFF, UNIT_ROUNDOFF
+from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
-from matprobe.variants import mlx_ref, torch_ref
 
 
 def _mlx_loads() -> bool:
@@ -76,8 +76,8 @@ def spec(key: str, dtype: str) -> MatmulSpec:
 
 
 def measure(s: MatmulSpec, baseline: Variant | None = None) -> Any:
-    from matprobe.harness.measure import PairContext, measure_pair_safely
-    from matprobe.harness.timing import TimingPolicy
+    from matprobe.measure.pair import PairContext, measure_pair_safely
+    from matprobe.measure.timing import TimingPolicy
 
     fast = TimingPolicy(min_samples=3, max_samples=6, budget_s=0.02, host_samples=3)
     return measure_pair_safely(s, MLX, PairContext(CPU, fast), baseline)
@@ -91,7 +91,7 @@ def measure(s: MatmulSpec, baseline: Variant | None = None) -> Any:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("key", SHAPES)
 def test_mlx_family_passes_on_the_cpu(key: str, dtype: str) -> None:
-    from matprobe.harness.results import Status
+    from matprobe.measure.results import Status
 
     s = spec(key, dtype)
     assert MLX.unsupported_reason(s, CPU) is None
@@ -112,7 +112,7 @@ def test_half_precision_rounds_once(key: str, dtype: str) -> None:
     inside addmm): about u per element, not the 2u the tolerance allows. A running
     sum kept in half precision, or α applied after the product was rounded
     (``mx.matmul(a, b) * alpha``: up to 2.3 u in bf16), would not hold this."""
-    from matprobe.harness.measure import validate_pair
+    from matprobe.measure.pair import validate_pair
 
     s = spec(key, dtype)
     checked = validate_pair(s, MLX.build(s, CPU), CPU, 3)
@@ -125,7 +125,7 @@ def test_half_precision_rounds_once(key: str, dtype: str) -> None:
 @needs_mlx
 @needs_torch
 def test_mlx_is_interleaved_with_the_torch_baseline_and_never_crowned() -> None:
-    from matprobe.harness.results import Status
+    from matprobe.measure.results import Status
 
     result = measure(spec(SHAPES[0], "f16"), TORCH)
     assert result.status is Status.PASS, result.reason
@@ -141,7 +141,7 @@ def test_conversions_keep_every_bit(dtype: str) -> None:
     """torch → MLX → torch is the identity, bf16 included (it travels as its bits)."""
     import torch
 
-    from matprobe.harness.inputs import torch_dtype
+    from matprobe.measure.inputs import torch_dtype
 
     values = torch.tensor([1.0, -0.0, 1e-3, 3.140625, -65504.0, 2.0**-20, 0.1], dtype=torch.float64)
     original = values.to(torch_dtype(dtype)).reshape(1, 7)
@@ -180,10 +180,10 @@ def test_module_imports_without_mlx() -> None:
         "import sys\n"
         "sys.modules['mlx'] = None\n"
         "sys.modules['mlx.core'] = None\n"
-        "from matprobe.harness.device import DeviceInfo\n"
-        "from matprobe.harness.variants import Variant\n"
+        "from matprobe.measure.device import DeviceInfo\n"
+        "from matprobe.measure.variants import Variant\n"
         "from matprobe.spec import MatmulSpec\n"
-        "from matprobe.variants import mlx_ref\n"
+        "from matprobe.kernels.peers import mlx_ref\n"
         "s = MatmulSpec.parse('op=matmul | batch=1 | m=1 | n=53 | k=40 | tA=0 | tB=1')\n"
         "v = Variant(mlx_ref.FAMILIES[0])\n"
         "print(v.unsupported_reason(s.with_dtype('f16'), DeviceInfo(kind='cpu', name='x')))\n"
@@ -202,10 +202,10 @@ def test_mlx_without_a_backend_is_a_capability_reason() -> None:
     code = (
         "import sys\n"
         "sys.modules['mlx.core'] = None\n"
-        "from matprobe.harness.device import DeviceInfo\n"
-        "from matprobe.harness.variants import Variant\n"
+        "from matprobe.measure.device import DeviceInfo\n"
+        "from matprobe.measure.variants import Variant\n"
         "from matprobe.spec import MatmulSpec\n"
-        "from matprobe.variants import mlx_ref\n"
+        "from matprobe.kernels.peers import mlx_ref\n"
         "s = MatmulSpec.parse('op=matmul | batch=1 | m=1 | n=53 | k=40 | tA=0 | tB=1')\n"
         "v = Variant(mlx_ref.FAMILIES[0])\n"
         "print(v.unsupported_reason(s.with_dtype('f16'), DeviceInfo(kind='cpu', name='x')))\n"

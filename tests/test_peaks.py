@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the read kernel's tests need torch")
 pytest.importorskip("triton", reason="the read kernel runs in triton's interpreter")
 
-from matprobe.harness.peaks import (  # noqa: E402
+from matprobe.measure.peaks import (  # noqa: E402
     GIB,
     READ_CONFIGS,
     calls_per_sample,
@@ -85,7 +85,7 @@ def test_each_timed_replay_reads_at_least_a_gib_in_several_launches() -> None:
 
 def test_importing_the_module_imports_neither_torch_nor_triton() -> None:
     code = (
-        "import sys, matprobe.harness.peaks; "
+        "import sys, matprobe.measure.peaks; "
         "assert 'torch' not in sys.modules and 'triton' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

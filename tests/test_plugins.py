@@ -17,10 +17,10 @@ import pytest
 pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 from matprobe.cli import main
-from matprobe.harness.variants import SHIPPED_FACTORY, registry_with_plugins
+from matprobe.kernels.catalogue import shipped_registry
+from matprobe.measure.variants import SHIPPED_FACTORY, registry_with_plugins
 from matprobe.run.manifest import ManifestError, parse_manifest
 from matprobe.run.store import ResultStore
-from matprobe.variants.catalogue import shipped_registry
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from matprobe.harness.variants import variant_family
+from matprobe.measure.variants import variant_family
 
 ALL_OPS = ("matmul", "matmul_bias_add", "matmul_alpha_beta")
 

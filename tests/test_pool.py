@@ -17,11 +17,11 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 import fake_variants  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.measure import PairContext, measure_pair_safely  # noqa: E402
-from matprobe.harness.results import ErrorKind, Status  # noqa: E402
-from matprobe.harness.timing import TimingPolicy  # noqa: E402
-from matprobe.harness.variants import Variant  # noqa: E402
+from matprobe.measure.device import DeviceInfo  # noqa: E402
+from matprobe.measure.pair import PairContext, measure_pair_safely  # noqa: E402
+from matprobe.measure.results import ErrorKind, Status  # noqa: E402
+from matprobe.measure.timing import TimingPolicy  # noqa: E402
+from matprobe.measure.variants import Variant  # noqa: E402
 from matprobe.run import runner as runner_mod  # noqa: E402
 from matprobe.run import worker as worker_mod  # noqa: E402
 from matprobe.run.pool import DeviceSlot, cuda_slots, parse_gpus, run_on_slots  # noqa: E402

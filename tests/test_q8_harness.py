@@ -13,25 +13,25 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
-from matprobe.harness.checks import check_chain  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.inputs import (  # noqa: E402
+from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
+from matprobe.measure.checks import check_chain  # noqa: E402
+from matprobe.measure.device import DeviceInfo  # noqa: E402
+from matprobe.measure.inputs import (  # noqa: E402
     MatmulInputs,
     Operands64,
     empty_output,
     make_inputs,
     reference,
 )
-from matprobe.harness.measure import PairContext, measure_pair_safely, validate_pair  # noqa: E402
-from matprobe.harness.results import Status  # noqa: E402
-from matprobe.harness.sampling import recorder_for  # noqa: E402
-from matprobe.harness.seeds import restart  # noqa: E402
-from matprobe.harness.timing import TimingPolicy  # noqa: E402
-from matprobe.harness.validate import UNIT_ROUNDOFF, compare, spec_tolerance  # noqa: E402
-from matprobe.harness.variants import KernelFn, Variant, variant_family  # noqa: E402
+from matprobe.measure.pair import PairContext, measure_pair_safely, validate_pair  # noqa: E402
+from matprobe.measure.results import Status  # noqa: E402
+from matprobe.measure.sampling import recorder_for  # noqa: E402
+from matprobe.measure.seeds import restart  # noqa: E402
+from matprobe.measure.timing import TimingPolicy  # noqa: E402
+from matprobe.measure.validate import UNIT_ROUNDOFF, compare, spec_tolerance  # noqa: E402
+from matprobe.measure.variants import KernelFn, Variant, variant_family  # noqa: E402
 from matprobe.quant import dequantize_q8_0, quantize_q8_0  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
-from matprobe.variants.torch_ref import torch_matmul  # noqa: E402
 
 CPU = DeviceInfo(kind="cpu", name="test-cpu")
 FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.02, host_samples=3)

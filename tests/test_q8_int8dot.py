@@ -21,31 +21,31 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 from matprobe.errors import MatprobeError  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.inputs import (  # noqa: E402
+from matprobe.kernels.triton.gemv_q8_int8dot import (  # noqa: E402
+    ACTIVATION_QUANT,
+    GEMV_Q8_INT8DOT,
+)
+from matprobe.measure.device import DeviceInfo  # noqa: E402
+from matprobe.measure.inputs import (  # noqa: E402
     MatmulInputs,
     declared_x,
     empty_output,
     make_inputs,
     reference_scale,
 )
-from matprobe.harness.measure import PairContext, measure_pair_safely  # noqa: E402
-from matprobe.harness.results import Status  # noqa: E402
-from matprobe.harness.timing import TimingPolicy  # noqa: E402
-from matprobe.harness.validate import (  # noqa: E402
+from matprobe.measure.pair import PairContext, measure_pair_safely  # noqa: E402
+from matprobe.measure.results import Status  # noqa: E402
+from matprobe.measure.timing import TimingPolicy  # noqa: E402
+from matprobe.measure.validate import (  # noqa: E402
     ACTIVATION_QUANTS,
     compare,
     few_outputs_norm,
     spec_tolerance,
     tolerance,
 )
-from matprobe.harness.variants import KernelFn, Variant, variant_family  # noqa: E402
+from matprobe.measure.variants import KernelFn, Variant, variant_family  # noqa: E402
 from matprobe.quant import dequantize_q8_0, quantize_q8_0  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
-from matprobe.variants.triton_gemv_q8_int8dot import (  # noqa: E402
-    ACTIVATION_QUANT,
-    GEMV_Q8_INT8DOT,
-)
 
 CPU = DeviceInfo(kind="cpu", name="test-cpu")
 FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.02, host_samples=3)
@@ -91,7 +91,7 @@ try:  # a kernel that runs only the activation quantization (globals: Triton res
     import triton
     import triton.language as tl
 
-    from matprobe.variants._triton_gemv_q8_int8dot_kernels import quantize_blocks
+    from matprobe.kernels.triton._gemv_q8_int8dot_kernels import quantize_blocks
 
     @triton.jit  # type: ignore[misc]
     def quantize(x_ptr, q_ptr, d_ptr, NB: tl.constexpr):  # type: ignore[no-untyped-def]  # noqa: N803

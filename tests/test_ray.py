@@ -21,10 +21,10 @@ pytest.importorskip("torch", reason="the harness needs torch (CPU build is enoug
 
 import ray_variants  # noqa: E402
 from matprobe.cli import main  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.results import Status  # noqa: E402
-from matprobe.harness.timing import TimingPolicy  # noqa: E402
-from matprobe.harness.variants import Variant  # noqa: E402
+from matprobe.measure.device import DeviceInfo  # noqa: E402
+from matprobe.measure.results import Status  # noqa: E402
+from matprobe.measure.timing import TimingPolicy  # noqa: E402
+from matprobe.measure.variants import Variant  # noqa: E402
 from matprobe.report.build import build_report  # noqa: E402
 from matprobe.run.ray_pool import RayCluster, connect  # noqa: E402
 from matprobe.run.runner import RunOutcome, execute, make_plan  # noqa: E402

@@ -19,8 +19,8 @@ pytest.importorskip("triton", reason="the example is a Triton kernel")
 pytestmark = pytest.mark.skipif(not interpreting(), reason="needs the Triton interpreter")
 
 from matprobe.cli import main  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.measure import validate_pair  # noqa: E402
+from matprobe.measure.device import DeviceInfo  # noqa: E402
+from matprobe.measure.pair import validate_pair  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -45,13 +45,16 @@ def family_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     package = tmp_path / PACKAGE
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "_triton_rows_kernels.py").write_text(kernel)
-    (package / "triton_rows.py").write_text(
-        wrapper.replace("matprobe.variants._triton_rows_kernels", f"{PACKAGE}._triton_rows_kernels")
+    (package / "_rows_kernels.py").write_text(kernel)
+    # The README's import of its kernel module, as it would be inside the repo.
+    shipped = "from matprobe.kernels.triton._rows_kernels import rows_kernel"
+    assert shipped in wrapper
+    (package / "rows.py").write_text(
+        wrapper.replace(shipped, f"from {PACKAGE}._rows_kernels import rows_kernel")
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    yield f"{PACKAGE}.triton_rows"
+    yield f"{PACKAGE}.rows"
     for name in [m for m in sys.modules if m.startswith(PACKAGE)]:
         del sys.modules[name]
 

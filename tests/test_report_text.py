@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from matprobe.cli import main
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.results import Clocks, ClockStats, PairResult, Ratio
-from matprobe.harness.timing import TimingPolicy
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.results import Clocks, ClockStats, PairResult, Ratio
+from matprobe.measure.timing import TimingPolicy
 from matprobe.report.build import build_report
 from matprobe.report.cells import HEADERS
 from matprobe.report.markdown import render_markdown

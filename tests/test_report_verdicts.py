@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.results import Clocks, ClockStats, ErrorMetrics, PairResult, Ratio, Status
-from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import Variant, VariantFamily
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.results import Clocks, ClockStats, ErrorMetrics, PairResult, Ratio, Status
+from matprobe.measure.timing import TimingPolicy
+from matprobe.measure.variants import Variant, VariantFamily
 from matprobe.report.build import build_report
 from matprobe.report.json_csv import to_csv, to_json
 from matprobe.report.markdown import render_markdown

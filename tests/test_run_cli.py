@@ -12,9 +12,9 @@ pytest.importorskip("torch", reason="the harness needs torch (CPU build is enoug
 
 from matprobe.cli import main
 from matprobe.errors import MatprobeError
+from matprobe.kernels.catalogue import shipped_registry
 from matprobe.run.manifest import ManifestError, load_manifest, parse_manifest
 from matprobe.run.store import ResultStore
-from matprobe.variants.catalogue import shipped_registry
 
 
 def run(*argv: str) -> tuple[int, str]:
@@ -237,10 +237,10 @@ def test_the_report_explains_pdl_only_when_a_pdl_variant_runs() -> None:
     """pdl=1 figures include overlap with the previous call: the report must say so
     whenever one is measured (or cached), and not otherwise. The note comes from the
     family's declared trait (``early_launch_param``), not from a name the CLI knows."""
+    from matprobe.kernels.triton.gemv import GEMV_NT
     from matprobe.report.build import early_launch_note
     from matprobe.run.runner import PairState, Plan, PlannedPair
     from matprobe.spec import MatmulSpec
-    from matprobe.variants.triton_gemv import GEMV_NT
 
     assert GEMV_NT.early_launch_param == "pdl"
     spec = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=9728 | k=896 | tA=0 | tB=1 | dtype=f16")
@@ -264,7 +264,7 @@ def test_the_report_explains_pdl_only_when_a_pdl_variant_runs() -> None:
 def test_early_launch_is_a_declared_trait() -> None:
     """Which parameter launches early is the family's word: shipped families with a
     ``pdl`` grid declare it, others have none; a family may name another parameter."""
-    from matprobe.harness.variants import variant_family
+    from matprobe.measure.variants import variant_family
 
     declared = {f.name: f.early_launch_param for f in shipped_registry().families()}
     assert {n for n, p in declared.items() if p} == {

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import digest
 from matprobe.errors import MatprobeError
-from matprobe.harness.results import (
+from matprobe.measure.results import (
     Clocks,
     ClockStats,
     ErrorKind,

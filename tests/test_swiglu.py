@@ -21,26 +21,26 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 
 from conftest import NOT_INTERPRETING, interpreting  # noqa: E402
 from matprobe.errors import SpecError  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.inputs import (  # noqa: E402
+from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
+from matprobe.kernels.triton.gemv_swiglu import GEMV_SWIGLU  # noqa: E402
+from matprobe.measure.device import DeviceInfo  # noqa: E402
+from matprobe.measure.inputs import (  # noqa: E402
     MatmulInputs,
     make_inputs,
     reference,
     reference_scale,
     shapes,
 )
-from matprobe.harness.measure import validate_pair  # noqa: E402
-from matprobe.harness.validate import (  # noqa: E402
+from matprobe.measure.pair import validate_pair  # noqa: E402
+from matprobe.measure.validate import (  # noqa: E402
     UNIT_ROUNDOFF,
     few_outputs_norm,
     spec_tolerance,
     tolerance,
 )
-from matprobe.harness.variants import Variant  # noqa: E402
+from matprobe.measure.variants import Variant  # noqa: E402
 from matprobe.quant import dequantize_q8_0  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
-from matprobe.variants.torch_ref import torch_matmul  # noqa: E402
-from matprobe.variants.triton_gemv_swiglu import GEMV_SWIGLU  # noqa: E402
 
 F = torch.nn.functional
 CPU = DeviceInfo(kind="cpu", name="test-cpu")
@@ -103,7 +103,7 @@ def test_specs_outside_the_op_are_refused_with_a_reason(
 
 
 def test_other_families_do_not_take_the_op() -> None:
-    from matprobe.variants.catalogue import shipped_families
+    from matprobe.kernels.catalogue import shipped_families
 
     takers = {f.name for f in shipped_families() if "matmul_swiglu" in f.ops}
     assert takers == {"torch.matmul", "triton.gemv_swiglu", "triton.gemv_decode"}
@@ -161,7 +161,7 @@ def test_the_bound_counts_the_eager_forms_three_extra_roundings(dtype: str) -> N
     norm, element = tolerance(out, 896, swiglu=True)
     assert norm == pytest.approx(plain[0] + u) and element == pytest.approx(plain[1] + 3 * u)
     # Over the spec's 4864 outputs the norm-wise bound is that, 1/√4864 of the way to
-    # the per-element bound (harness.validate.few_outputs_norm).
+    # the per-element bound (measure.validate.few_outputs_norm).
     assert spec_tolerance(s) == (few_outputs_norm(norm, element, 4864), element)
 
 

@@ -16,9 +16,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 from matprobe.cli import main  # noqa: E402
-from matprobe.harness import validate  # noqa: E402
-from matprobe.harness.results import ErrorKind, Status  # noqa: E402
-from matprobe.harness.tamper import Snapshot  # noqa: E402
+from matprobe.measure import validate  # noqa: E402
+from matprobe.measure.results import ErrorKind, Status  # noqa: E402
+from matprobe.measure.tamper import Snapshot  # noqa: E402
 from matprobe.run.store import ResultStore  # noqa: E402
 from test_plugins import PLUGIN  # noqa: E402
 
@@ -38,18 +38,18 @@ CHEATS = {
         torch.matmul, torch.addmm = slow_matmul, slow_addmm
         """,
     "replaces the judge at import": """
-        from matprobe.harness import validate
+        from matprobe.measure import validate
         validate.describe_first = lambda *args: None
         """,
     "swaps a judging function's body at import": """
-        from matprobe.harness import validate
+        from matprobe.measure import validate
         def _lenient(*args, **kwargs):
             return None
         validate.first_failure.__code__ = _lenient.__code__
         """,
     "adds a method to the judge's classes at import": """
         import torch as _torch
-        from matprobe.harness import validate
+        from matprobe.measure import validate
         def _lenient_comparison(self, name):
             if name == "failure":
                 return lambda *args, **kwargs: None
@@ -67,7 +67,7 @@ CHEATS = {
         def mine_sly(spec, params, device):
             def run(inputs, out):
                 if not _armed:
-                    from matprobe.harness import validate
+                    from matprobe.measure import validate
                     validate.describe_first = lambda *args: None
                     _armed.append(1)
                 out.zero_()
@@ -84,7 +84,7 @@ CLEARS_ITS_JUDGES = """
         _zeros = mine_zeros
         @variant_family(name="{prefix}.sly", ops=ALL_OPS)
         def mine_sly(spec, params, device):
-            from matprobe.harness.bench import TimedJudge
+            from matprobe.measure.bench import TimedJudge
             def run(inputs, out):
                 judges = [o for o in gc.get_objects() if isinstance(o, TimedJudge)]
                 if not judges:  # validation, the replay check: nothing to hide from
@@ -217,11 +217,11 @@ def test_a_snapshot_sees_a_replaced_function_and_a_swapped_body() -> None:
 def test_measuring_changes_nothing_the_snapshot_watches() -> None:
     """No false alarm: a pair measured by matprobe's own code leaves every watched
     binding as it was."""
-    from matprobe.harness.device import detect
-    from matprobe.harness.measure import PairContext, measure_pair_safely
-    from matprobe.harness.timing import TimingPolicy
+    from matprobe.kernels.catalogue import shipped_registry
+    from matprobe.measure.device import detect
+    from matprobe.measure.pair import PairContext, measure_pair_safely
+    from matprobe.measure.timing import TimingPolicy
     from matprobe.spec import MatmulSpec
-    from matprobe.variants.catalogue import shipped_registry
 
     snapshot = Snapshot.take()
     spec = MatmulSpec.parse(

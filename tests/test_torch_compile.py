@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.variants import variant_family
+from matprobe.kernels.peers import torch_compile
+from matprobe.kernels.peers.torch_compile import CPU_REASON, FAMILIES, TORCH_COMPILE
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.variants import variant_family
 from matprobe.spec import MatmulSpec
-from matprobe.variants import torch_compile
-from matprobe.variants.torch_compile import CPU_REASON, FAMILIES, TORCH_COMPILE
 
 CPU = DeviceInfo(kind="cpu", name="test")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0))
@@ -86,9 +86,9 @@ def test_fingerprint_follows_the_compiled_function() -> None:
 def test_module_imports_without_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "from matprobe.harness.device import DeviceInfo\n"
+        "from matprobe.measure.device import DeviceInfo\n"
         "from matprobe.spec import MatmulSpec\n"
-        "from matprobe.variants.torch_compile import FAMILIES\n"
+        "from matprobe.kernels.peers.torch_compile import FAMILIES\n"
         "loaded = {k for k, v in sys.modules.items() if v is not None}\n"
         "assert 'torch' not in loaded and 'triton' not in loaded, loaded\n"
         "v = FAMILIES[0].variants()[0]\n"
@@ -139,8 +139,8 @@ def test_compiled_function_matches_reference(
     epilogue: str,
 ) -> None:
     torch = pytest.importorskip("torch")
-    from matprobe.harness.inputs import empty_output, make_inputs, reference, reference_scale
-    from matprobe.harness.validate import compare, spec_tolerance
+    from matprobe.measure.inputs import empty_output, make_inputs, reference, reference_scale
+    from matprobe.measure.validate import compare, spec_tolerance
 
     ta, tb = layout
     for m, n, k, batch in ((1, 37, 64, 3), (33, 17, 70, 1)):
@@ -179,7 +179,7 @@ def test_run_rejects_inputs_that_do_not_match_the_spec(
     identity_compile: list[tuple[Any, dict[str, Any]]],
 ) -> None:
     pytest.importorskip("torch")
-    from matprobe.harness.inputs import empty_output, make_inputs
+    from matprobe.measure.inputs import empty_output, make_inputs
 
     spec = spec_for(4, 5, 7, 1, "f32", "bias", ta=False, tb=True)
     run = TORCH_COMPILE.build(spec, {}, GPU)

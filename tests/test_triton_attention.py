@@ -11,11 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import make_inputs
-from matprobe.harness.variants import Variant
+from matprobe.kernels.triton.attention import ATTN_BMV, FAMILIES, block
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.inputs import make_inputs
+from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
-from matprobe.variants.triton_attention import ATTN_BMV, FAMILIES, block
 from triton_checks import (
     CPU,
     GPU,

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from matprobe.harness.inputs import empty_output, make_inputs
-from matprobe.harness.variants import Variant
+from matprobe.kernels.triton import _gemm_kernels, gemm
+from matprobe.kernels.triton.gemm import FAMILIES, GEMM
+from matprobe.measure.inputs import empty_output, make_inputs
+from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
-from matprobe.variants import _triton_gemm_kernels, triton_gemm
-from matprobe.variants.triton_gemm import FAMILIES, GEMM
 from triton_checks import CPU, GPU, assert_point_refused, check_on_cpu, check_strided
 from triton_checks import spec_for as any_spec
 
@@ -109,7 +109,7 @@ def test_launch_constants(
     monkeypatch: pytest.MonkeyPatch, dtype: str, k: int, ieee: bool, upcast: bool, even_k: bool
 ) -> None:
     fake = InterpretedFunction()
-    monkeypatch.setattr(_triton_gemm_kernels, "gemm_kernel", fake)
+    monkeypatch.setattr(_gemm_kernels, "gemm_kernel", fake)
     (v,) = GEMM.variants({"bm": (64,), "bn": (128,), "w": (8,), "s": (4,)})
     spec = spec_for(200, 300, k, 3, dtype, "bias", ta=True, tb=False)
     v.build(spec, CPU)(make_inputs(spec, seed=0), empty_output(spec, "cpu"))
@@ -120,13 +120,13 @@ def test_launch_constants(
     assert constants["EVEN_K"] is even_k
     assert (constants["BLOCK_M"], constants["BLOCK_N"], constants["BLOCK_K"]) == (64, 128, 64)
     assert (constants["num_warps"], constants["num_stages"]) == (8, 4)
-    assert constants["GROUP_M"] == triton_gemm.GROUP_M
+    assert constants["GROUP_M"] == gemm.GROUP_M
     assert (constants["HAS_C0"], constants["HAS_BIAS"]) == (False, True)
 
 
 def test_kernel_asks_for_ieee_f32() -> None:
-    assert 'input_precision="ieee"' in triton_gemm.KERNELS_SOURCE
-    assert "if IEEE:" in triton_gemm.KERNELS_SOURCE
+    assert 'input_precision="ieee"' in gemm.KERNELS_SOURCE
+    assert "if IEEE:" in gemm.KERNELS_SOURCE
 
 
 # ---- capability reasons and identity -------------------------------------------
@@ -156,7 +156,7 @@ def test_unsupported_reasons() -> None:
 def test_shared_memory_limit_depends_on_dtype() -> None:
     (v,) = GEMM.variants({"bm": (128,), "bn": (128,), "bk": (64,), "s": (4,)})
     half = spec_for(64, 300, 200, 1, "f16", "plain")
-    assert triton_gemm.shared_bytes(128, 128, 64, 4, "f16") == 131072
+    assert gemm.shared_bytes(128, 128, 64, 4, "f16") == 131072
     assert v.unsupported_reason(half, GPU) is None  # 128 KB
     reason = v.unsupported_reason(replace(half, dtype="f32"), GPU)  # 256 KB
     assert reason == (

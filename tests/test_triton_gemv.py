@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.variants import Variant
+from matprobe.kernels.triton.gemv import FAMILIES, GEMV_NT
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
-from matprobe.variants.triton_gemv import FAMILIES, GEMV_NT
 from triton_checks import (
     CPU,
     assert_point_refused,

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.variants import Variant
-from matprobe.spec import MatmulSpec
-from matprobe.variants.triton_gemv_stream import (
+from matprobe.kernels.triton.gemv_stream import (
     FAMILIES,
     GEMV_STREAM,
     block_k,
     programs,
 )
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.variants import Variant
+from matprobe.spec import MatmulSpec
 from triton_checks import CPU, assert_point_refused, assert_reason, check_on_cpu, spec_for
 
 pytest.importorskip("torch", reason="triton.gemv_stream tests need torch")

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from matprobe.harness.inputs import MatmulInputs
-from matprobe.harness.variants import Variant
+from matprobe.kernels.triton.gemv_tn import FAMILIES, GEMV_TN, GemvTNKernel, plan_split
+from matprobe.measure.inputs import MatmulInputs
+from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
-from matprobe.variants.triton_gemv_tn import FAMILIES, GEMV_TN, GemvTNKernel, plan_split
 from triton_checks import CPU, GPU, assert_point_refused, check_on_cpu, check_reruns, check_strided
 from triton_checks import spec_for as any_spec
 

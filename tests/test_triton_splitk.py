@@ -8,10 +8,7 @@ from typing import Any
 
 import pytest
 
-from matprobe.harness.inputs import MatmulInputs, empty_output, make_inputs
-from matprobe.harness.variants import Variant
-from matprobe.spec import MatmulSpec
-from matprobe.variants.triton_splitk import (
+from matprobe.kernels.triton.splitk import (
     FAMILIES,
     GEMV_SPLITK,
     SplitKGemv,
@@ -19,6 +16,9 @@ from matprobe.variants.triton_splitk import (
     k_mode,
     plan_split,
 )
+from matprobe.measure.inputs import MatmulInputs, empty_output, make_inputs
+from matprobe.measure.variants import Variant
+from matprobe.spec import MatmulSpec
 from triton_checks import (
     CPU,
     EPILOGUES,

@@ -18,18 +18,18 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 import fake_variants  # noqa: E402
-from matprobe.harness.device import DeviceInfo  # noqa: E402
-from matprobe.harness.inputs import GuardedOutputs  # noqa: E402
-from matprobe.harness.measure import (  # noqa: E402
+from matprobe.measure.device import DeviceInfo  # noqa: E402
+from matprobe.measure.inputs import GuardedOutputs  # noqa: E402
+from matprobe.measure.pair import (  # noqa: E402
     GuardBreachError,
     PairContext,
     measure_pair_safely,
     validate_pair,
 )
-from matprobe.harness.results import Status  # noqa: E402
-from matprobe.harness.timing import TimingPolicy  # noqa: E402
-from matprobe.harness.validate import UNIT_ROUNDOFF, tolerance  # noqa: E402
-from matprobe.harness.variants import Variant  # noqa: E402
+from matprobe.measure.results import Status  # noqa: E402
+from matprobe.measure.timing import TimingPolicy  # noqa: E402
+from matprobe.measure.validate import UNIT_ROUNDOFF, tolerance  # noqa: E402
+from matprobe.measure.variants import Variant  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.stats import median_ci  # noqa: E402
 
@@ -102,7 +102,7 @@ def test_a_replay_is_not_timed_in_the_wake_of_another() -> None:
     """Candidate and baseline equally fast: the ratio is 1.00 in every round, whatever
     the previous replay left behind (timed after the rotating order's neighbour,
     the rounds said 0.76 or 1.00 by their order)."""
-    from matprobe.harness.sampling import Contender, interleave
+    from matprobe.measure.sampling import Contender, interleave
 
     policy = TimingPolicy(min_samples=9, max_samples=9)
     candidate = Contender("C", lambda i, o: None, None, recording="C")
@@ -132,9 +132,9 @@ def test_each_candidate_of_a_spec_is_timed_on_values_no_earlier_one_saw() -> Non
     recordings) — the same buffers, but drawn afresh for each candidate and refilled
     for its replay check with values no earlier draw had: a kernel that memoised
     answers by pointer, or baked them into its recording, finds no old problem."""
-    from matprobe.harness.inputs import MatmulInputs
-    from matprobe.harness.validate import judged_trials
-    from matprobe.harness.variants import variant_family
+    from matprobe.measure.inputs import MatmulInputs
+    from matprobe.measure.validate import judged_trials
+    from matprobe.measure.variants import variant_family
 
     seen: list[tuple[int, float]] = []
 
@@ -219,7 +219,7 @@ def test_dropping_the_last_three_k_columns_fails(dtype: str) -> None:
 def test_torch_baseline_passes_with_a_margin(key: str, dtype: str) -> None:
     """No false FAIL: torch's own matmul on the CPU (fp32 accumulation) is well
     inside both bounds on every Qwen2.5 GEMV shape."""
-    from matprobe.variants.torch_ref import torch_matmul
+    from matprobe.kernels.peers.torch_ref import torch_matmul
 
     s = spec(key, dtype)
     if torch_matmul.variants()[0].unsupported_reason(s, CPU):
@@ -325,7 +325,7 @@ print(int((y != x.to(torch.bfloat16)).sum()), int((y.double().abs() > x.double()
     ).stdout.split()
     differs, rounded_up = int(out[0]), int(out[1])
     assert differs > 100 and rounded_up == 0  # toward zero, never away from it
-    from matprobe.harness.validate import spec_tolerance
+    from matprobe.measure.validate import spec_tolerance
 
     s = spec(DOWN, "bf16")
     assert spec_tolerance(s, interpreted=True)[0] == pytest.approx(
@@ -352,7 +352,7 @@ FIGURES_AND_BOUNDS = [
 def test_a_failure_prints_its_figure_and_its_bound_apart(
     figure: float, bound: float, printed: tuple[str, str] | None, which: str
 ) -> None:
-    from matprobe.harness.validate import Comparison
+    from matprobe.measure.validate import Comparison
 
     norm, element = (figure, 0.0) if which == "norm-wise" else (0.0, figure)
     comparison = Comparison(

@@ -9,16 +9,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.inputs import (
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.inputs import (
     MatmulInputs,
     empty_output,
     make_inputs,
     reference,
     reference_scale,
 )
-from matprobe.harness.validate import compare, spec_tolerance
-from matprobe.harness.variants import Variant, VariantFamily
+from matprobe.measure.validate import compare, spec_tolerance
+from matprobe.measure.variants import Variant, VariantFamily
 from matprobe.spec import MatmulSpec
 
 CPU = DeviceInfo(kind="cpu", name="test")

@@ -32,7 +32,7 @@ def positive(text: str) -> int:
 
 def seed(text: str) -> int:
     """A run seed (``run --seed``): a whole number in the range seeds are drawn from."""
-    from matprobe.harness.seeds import check_seed
+    from matprobe.measure.seeds import check_seed
 
     try:
         return check_seed(int(text))

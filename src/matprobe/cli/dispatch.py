@@ -16,7 +16,7 @@ def export_tables(report: Any, plugins: Sequence[str], out_dir: Path, out: TextI
     """Write one table per dtype of ``report`` into ``out_dir`` and list them; 1 when
     the run gave nothing to export (no spec with a timed baseline)."""
     from matprobe.dispatch.export import tables_from_report, write_tables
-    from matprobe.harness.variants import registry_with_plugins
+    from matprobe.measure.variants import registry_with_plugins
 
     registry = registry_with_plugins(plugins=plugins)
     tables = tables_from_report(report, registry, plugins=plugins, source=report.source)

@@ -75,7 +75,7 @@ def _open(path: Path) -> Any:
 def _known_peers() -> set[str]:
     """Peer families of the shipped catalogue: a run that kept no report does not
     say which of its families are peers (never crowned best)."""
-    from matprobe.variants.catalogue import shipped_families
+    from matprobe.kernels.catalogue import shipped_families
 
     return {family.name for family in shipped_families() if family.peer}
 

@@ -155,7 +155,7 @@ def _check_writable(path: Path) -> None:
 
 
 def _device(requested: str | None) -> str:
-    from matprobe.harness.device import cuda_available
+    from matprobe.measure.device import cuda_available
 
     if requested == "cuda" and not cuda_available():
         raise MatprobeError("--device cuda asked for, but torch sees no CUDA GPU")
@@ -170,7 +170,7 @@ def _load_table(
     against the verdicts in the store ``db``: a table is a file anyone can write,
     so a winner without a stored PASS, from the code installed now, never runs."""
     from matprobe.dispatch import custom_op_linear, load_table, table_linear, unjudged_entries
-    from matprobe.harness.device import detect
+    from matprobe.measure.device import detect
     from matprobe.run.store import default_store_path
 
     info = detect(device)

@@ -11,7 +11,7 @@ from matprobe.spec import DTYPES, MatmulSpec
 
 
 def cmd_variants(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.harness import device as device_mod
+    from matprobe.measure import device as device_mod
     from matprobe.run.manifest import load_manifest_and_registry
 
     manifest, registry = load_manifest_and_registry(args.manifest, args.plugin or ())

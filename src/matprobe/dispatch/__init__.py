@@ -16,7 +16,7 @@ from matprobe.dispatch.table import DispatchError, DispatchTable, Entry, load_ta
 
 if TYPE_CHECKING:
     from matprobe.dispatch.kernels import Dispatcher
-    from matprobe.harness.device import DeviceInfo
+    from matprobe.measure.device import DeviceInfo
 
 __all__ = [
     "DispatchError",
@@ -34,7 +34,7 @@ def load(path: str, device: DeviceInfo | None = None, **options: Any) -> Dispatc
     """The table at ``path``, checked against ``device`` (default: this process's GPU,
     else the CPU), as a :class:`~matprobe.dispatch.kernels.Dispatcher`."""
     from matprobe.dispatch.kernels import Dispatcher
-    from matprobe.harness.device import detect
+    from matprobe.measure.device import detect
 
     return Dispatcher.load(path, device or detect(), **options)
 

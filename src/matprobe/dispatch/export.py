@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from matprobe.dispatch.table import DispatchError, DispatchTable, Entry
-from matprobe.harness.fingerprint import DIST_PREFIX, changed_sources
-from matprobe.harness.variants import Registry
+from matprobe.measure.fingerprint import DIST_PREFIX, changed_sources
+from matprobe.measure.variants import Registry
 from matprobe.report.model import Report, Row, SpecSection
 
 

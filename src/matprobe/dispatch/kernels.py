@@ -26,8 +26,8 @@ from matprobe.dispatch.table import (
     table_problems,
     version_warnings,
 )
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.variants import KernelFn, Registry, Variant, registry_with_plugins
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.variants import KernelFn, Registry, Variant, registry_with_plugins
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def run_linear(
     """``kernel`` on a model's operands: x ``[m, k]``, w ``[n, k]`` (tB) or ``[k, n]``."""
     import torch
 
-    from matprobe.harness.inputs import MatmulInputs
+    from matprobe.measure.inputs import MatmulInputs
 
     if spec.tA:
         raise DispatchError(f"{spec.key()}: a model's x is never stored transposed (tA=1)")

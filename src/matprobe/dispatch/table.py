@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from matprobe.errors import MatprobeError, SpecError
-from matprobe.harness.fingerprint import changed_sources
+from matprobe.measure.fingerprint import changed_sources
 from matprobe.spec import MatmulSpec
 
 #: The format tag in every table; a reader refuses another.

@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from matprobe.dispatch.table import DispatchTable, Entry
-from matprobe.harness.fingerprint import changed_sources
-from matprobe.harness.results import PairResult, Status
-from matprobe.harness.variants import Registry, registry_with_plugins
+from matprobe.measure.fingerprint import changed_sources
+from matprobe.measure.results import PairResult, Status
+from matprobe.measure.variants import Registry, registry_with_plugins
 from matprobe.run.store import ResultStore
 
 

@@ -17,10 +17,10 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.results import PairResult, Status
-from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import Variant
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.results import PairResult, Status
+from matprobe.measure.timing import TimingPolicy
+from matprobe.measure.variants import Variant
 from matprobe.report.cells import short_label
 from matprobe.report.model import CLOCKS_DISAGREE_TAG, Report, Row, SpecSection, pair_base_tag
 from matprobe.run.per_token import per_token_weights

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from matprobe.harness.results import PairResult, Ratio, Status
+from matprobe.measure.results import PairResult, Ratio, Status
 from matprobe.report.model import Report, Row, SpecSection
 from matprobe.spec import MatmulSpec
 

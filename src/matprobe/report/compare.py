@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from matprobe.harness.results import ClockStats, PairResult, Status
+from matprobe.measure.results import ClockStats, PairResult, Status
 from matprobe.report.cells import short_label
 from matprobe.report.model import Report
 from matprobe.report.tables import md_table, plain_table

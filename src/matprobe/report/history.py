@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.results import ClockStats, Ratio
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.results import ClockStats, Ratio
 from matprobe.report.cells import ratio_cell
 from matprobe.report.stored_report import load_report
 from matprobe.report.tables import md_table, plain_table

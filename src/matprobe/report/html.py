@@ -32,7 +32,7 @@ from importlib import resources
 from typing import Any
 
 from matprobe import __version__
-from matprobe.harness.results import Status
+from matprobe.measure.results import Status
 from matprobe.report.cells import (
     HEADERS,
     IMPACT_HEADERS,

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.results import PairResult, Ratio, Status
-from matprobe.harness.timing import TimingPolicy
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.results import PairResult, Ratio, Status
+from matprobe.measure.timing import TimingPolicy
 from matprobe.spec import MatmulSpec
 
 

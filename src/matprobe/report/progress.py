@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any, Protocol, TextIO
 
-from matprobe.harness.variants import Variant
+from matprobe.measure.variants import Variant
 from matprobe.run.runner import Progress
 from matprobe.safetext import term_safe
 from matprobe.spec import MatmulSpec

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.results import PairResult
-from matprobe.harness.timing import TimingPolicy
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.results import PairResult
+from matprobe.measure.timing import TimingPolicy
 from matprobe.report.build import SpecResults, assemble_report
 from matprobe.report.model import Report
 from matprobe.run.store import ResultKey, ResultStore, RunRecord

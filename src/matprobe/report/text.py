@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from matprobe.harness.results import Status
+from matprobe.measure.results import Status
 from matprobe.report.cells import (
     HEADERS,
     IMPACT_HEADERS,

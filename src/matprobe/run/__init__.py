@@ -15,6 +15,6 @@
   merges stores written elsewhere;
 * :mod:`~matprobe.run.per_token` — calls per decode token from a profile's structure.
 
-How one pair is measured is the measurement core's (:mod:`matprobe.harness`);
+How one pair is measured is the measurement core's (:mod:`matprobe.measure`);
 what a run found is said by :mod:`matprobe.report`.
 """

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.variants import (
+from matprobe.measure.variants import (
     SHIPPED_FACTORY,
     Registry,
     Variant,

@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.results import PairResult
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.results import PairResult
 from matprobe.run.task import Task
 from matprobe.run.worker import OnResult, OnStart, WorkerSet, run_tasks
 
@@ -61,7 +61,7 @@ def cuda_slots(
     Cards of one run must share a device fingerprint (the plan's result keys hold
     it): a host with two card types runs each type with its own ``--gpus``."""
     wanted = parse_gpus(gpus)
-    from matprobe.harness.device import cuda_available, detect
+    from matprobe.measure.device import cuda_available, detect
 
     if not cuda_available():
         raise MatprobeError(f"--gpus {gpus}: torch sees no CUDA GPU on this machine")

@@ -24,7 +24,7 @@ task through an actor would give the same guarantee with more moving parts. A
 Ray task costs a few milliseconds, and a pair takes a second or more.
 
 **Devices.** Each Ray worker describes its own card
-(:func:`~matprobe.harness.device.detect`), and its rows carry that device's
+(:func:`~matprobe.measure.device.detect`), and its rows carry that device's
 fingerprint. A task that lands on a card unlike the plan's (a cluster of mixed
 card types) is measured and stored under its own device. The run keeps such rows
 out of its report and its rankings, and says how many there were (see
@@ -45,10 +45,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.measure import PairContext, error_result
-from matprobe.harness.results import ErrorKind, PairResult
-from matprobe.harness.timing import TimingPolicy
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.pair import PairContext, error_result
+from matprobe.measure.results import ErrorKind, PairResult
+from matprobe.measure.timing import TimingPolicy
 from matprobe.run.task import Task, TaskData, load_registry, task_data, task_from_data
 from matprobe.run.worker import OnResult, OnStart, WorkerSet
 
@@ -264,13 +264,13 @@ def _remote(function: Callable[..., Any], kind: str) -> Any:
 
 def _describe(kind: str) -> dict[str, Any]:
     """This Ray worker's device, as the plan and the rows name it."""
-    from matprobe.harness.device import detect
+    from matprobe.measure.device import detect
 
     return detect(kind).to_dict()
 
 
 def _peaks_here() -> dict[str, Any]:
-    from matprobe.harness.peaks import measure_peaks_cuda
+    from matprobe.measure.peaks import measure_peaks_cuda
 
     return dict(measure_peaks_cuda())
 
@@ -314,7 +314,7 @@ def _keep(setup: Setup) -> _Kept:
         return _kept
     if _kept is not None:
         _kept.worker.close()
-    from matprobe.harness.device import detect
+    from matprobe.measure.device import detect
 
     device = detect(setup.kind)
     node = ray.util.get_node_ip_address()

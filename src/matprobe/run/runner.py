@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TextIO
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.fingerprint import changed_sources
-from matprobe.harness.results import PairResult, Status
-from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import SHIPPED_FACTORY, Variant
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.fingerprint import changed_sources
+from matprobe.measure.results import PairResult, Status
+from matprobe.measure.timing import TimingPolicy
+from matprobe.measure.variants import SHIPPED_FACTORY, Variant
 from matprobe.run.store import ResultKey, ResultStore
 from matprobe.run.task import Task
 from matprobe.run.work import WorkQueue

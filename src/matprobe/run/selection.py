@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.variants import Registry, Variant
+from matprobe.measure.variants import Registry, Variant
 from matprobe.run.runner import PairState, Plan, PlannedPair
 from matprobe.spec import MatmulSpec
 

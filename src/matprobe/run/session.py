@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.device import DeviceInfo, detect
-from matprobe.harness.seeds import new_run_seed
-from matprobe.harness.timing import TimingPolicy, gpu_clock_state, throttling
-from matprobe.harness.variants import SHIPPED_FACTORY, Variant
+from matprobe.measure.device import DeviceInfo, detect
+from matprobe.measure.seeds import new_run_seed
+from matprobe.measure.timing import TimingPolicy, gpu_clock_state, throttling
+from matprobe.measure.variants import SHIPPED_FACTORY, Variant
 from matprobe.report.build import build_report, early_launch_note
 from matprobe.report.model import Report
 from matprobe.report.progress import run_progress
@@ -119,7 +119,7 @@ def measure_peaks(
     if device.kind != "cuda":
         return None
     if measure is None:
-        from matprobe.harness.peaks import measure_peaks_cuda
+        from matprobe.measure.peaks import measure_peaks_cuda
 
         measure = measure_peaks_cuda
     return record_peaks(device, store, measure())

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from matprobe.harness.variants import SHIPPED_FACTORY, Registry, Variant, registry_with_plugins
+from matprobe.measure.variants import SHIPPED_FACTORY, Registry, Variant, registry_with_plugins
 from matprobe.spec import MatmulSpec
 
 

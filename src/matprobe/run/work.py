@@ -7,7 +7,7 @@ end and taken from the store (or taken over once that run is gone).
 
 Each card is handed, where it can be, more of the spec it measured last, and
 otherwise a spec no other card is on. A spec's timing bench (its rotated input
-sets and the producer's and baseline's recordings, :mod:`~matprobe.harness.bench`)
+sets and the producer's and baseline's recordings, :mod:`~matprobe.measure.bench`)
 is built once in each worker that measures the spec: two H100s dealt the chunks
 in turn each built most specs' benches, and a card switched spec every 3.3
 pairs instead of 4 (0.53 s a pair instead of one card's 0.50; BENCHMARKS.md).
@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from matprobe.harness.results import PairResult
+from matprobe.measure.results import PairResult
 from matprobe.run.store import ResultKey, ResultStore
 from matprobe.run.task import Task
 

@@ -11,7 +11,7 @@ outlives its timeout, that pair is recorded as a crash or a timeout, the
 process is replaced, and the item goes on with the pairs that are left.
 
 A worker rebuilds the run's registry from what it is sent — the factory
-string and the plugin module names (:func:`~matprobe.harness.variants.registry_with_plugins`,
+string and the plugin module names (:func:`~matprobe.measure.variants.registry_with_plugins`,
 the same call the parent made) — and imports no family module by itself.
 
 The pipe between them carries, parent to child, one item's tasks at a time
@@ -38,11 +38,11 @@ from multiprocessing.process import BaseProcess
 from types import TracebackType
 from typing import Any
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.measure import PairContext, error_result
-from matprobe.harness.results import ErrorKind, PairResult
-from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import SHIPPED_FACTORY, SHIPPED_ORIGIN
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.pair import PairContext, error_result
+from matprobe.measure.results import ErrorKind, PairResult
+from matprobe.measure.timing import TimingPolicy
+from matprobe.measure.variants import SHIPPED_FACTORY, SHIPPED_ORIGIN
 from matprobe.run.task import Task, task_data
 from matprobe.run.worker_process import _worker_main
 
@@ -52,7 +52,7 @@ POLL_S = 0.1
 #: Seconds a worker asked to stop may take before it is killed.
 STOP_TIMEOUT_S = 10.0
 #: What a worker calls for its card's bandwidth ceilings (``measure_peaks``).
-CARD_PEAKS = "matprobe.harness.peaks:measure_peaks_cuda"
+CARD_PEAKS = "matprobe.measure.peaks:measure_peaks_cuda"
 
 
 OnStart = Callable[[Task], None]
@@ -303,7 +303,7 @@ class WorkerSet:
     """:class:`Worker`'s interface over one worker per set of plugins: a family is
     measured in a process that imported matprobe's families and its own plugin
     only, so a plugin that patches torch or matprobe when imported reaches its own
-    rows (where :mod:`~matprobe.harness.tamper` refuses them), never the shipped
+    rows (where :mod:`~matprobe.measure.tamper` refuses them), never the shipped
     families' nor another plugin's. Each process is started on its first item and
     kept for the next; the card's peaks are measured by the one without plugins."""
 

@@ -15,16 +15,16 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from matprobe.harness.device import DeviceInfo
-from matprobe.harness.measure import (
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.pair import (
     PairContext,
     PoisonedContextError,
     error_result,
     measure_pair_safely,
 )
-from matprobe.harness.results import ErrorKind, PairResult
-from matprobe.harness.timing import TimingPolicy
-from matprobe.harness.variants import Registry, import_ref
+from matprobe.measure.results import ErrorKind, PairResult
+from matprobe.measure.timing import TimingPolicy
+from matprobe.measure.variants import Registry, import_ref
 from matprobe.run.task import Task, TaskData, load_registry, task_from_data
 
 
@@ -51,8 +51,8 @@ def _worker_main(
 
             torch.set_num_threads(cpu_threads)
         # What the judge and the baseline run, as matprobe and torch define it,
-        # before any plugin is imported (matprobe.harness.tamper).
-        from matprobe.harness.tamper import Snapshot
+        # before any plugin is imported (matprobe.measure.tamper).
+        from matprobe.measure.tamper import Snapshot
 
         snapshot = Snapshot.take()
         # A plugin found in the parent's current directory is found here too

@@ -208,7 +208,7 @@ class _ReplayJudge:
     timed on, and so does a step that baked the validation's RoPE tables in."""
 
     def __init__(self, owner: TokenBench, mode: Mode) -> None:
-        from matprobe.harness.seeds import fresh_seed
+        from matprobe.measure.seeds import fresh_seed
 
         self.owner = owner
         self.mode = mode
@@ -265,7 +265,7 @@ def _keeping(call: TokenCall, judge: _ReplayJudge | None) -> TokenCall:
 def device_description(kind: str) -> tuple[str, dict[str, str]]:
     """The device's name and what makes its figures comparable: the versions, and
     on CUDA the compute capability and the driver (as ``matprobe run`` records them)."""
-    from matprobe.harness.device import detect
+    from matprobe.measure.device import detect
 
     info = detect(kind)
     versions = dict(info.versions)

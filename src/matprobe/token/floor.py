@@ -3,7 +3,7 @@
 A decode token reads every weight once (matrices, biases, norm gains) and the
 whole KV cache of its context; nothing else it touches is of that size. At the
 device's streaming-read ceiling — measured at the start of the run by
-:func:`matprobe.harness.peaks.measure_peaks_cuda`, the same kernel ``matprobe
+:func:`matprobe.measure.peaks.measure_peaks_cuda`, the same kernel ``matprobe
 run`` measures with — those bytes take ``floor_us``: no token can be faster, and
 ``% floor`` says how close a mode comes (DESIGN.md §7: ≈ 988 MB, ≈ 330 µs for
 Qwen2.5-0.5B in f16 on an H100).
@@ -75,7 +75,7 @@ def token_bytes(config: ModelConfig, *, context: int, dtype: str) -> tuple[int, 
 
 def measure_read_ceiling() -> tuple[float, str]:
     """The CUDA device's streaming-read ceiling now (GB/s) and how it was reached."""
-    from matprobe.harness.peaks import measure_peaks_cuda
+    from matprobe.measure.peaks import measure_peaks_cuda
 
     peaks = measure_peaks_cuda()
     label = (

@@ -21,11 +21,11 @@ from collections.abc import Mapping
 import torch
 
 from matprobe.errors import MatprobeError
+from matprobe.kernels.triton.decode import DecodeTile, decode_gemv
 from matprobe.spec import MatmulSpec
 from matprobe.token.linear import LinearFn
 from matprobe.token.step import RMS_EPS
 from matprobe.token.weights import Matrix, Q8Matrix, TokenWeights
-from matprobe.variants.triton_decode import DecodeTile, decode_gemv
 
 #: K in tiles of 1024 (one tile covers hidden = 896; down's 4864 is five), four
 #: warps — the shape of the winning GEMVs on an H100 (BENCHMARKS.md).

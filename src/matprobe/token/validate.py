@@ -124,8 +124,8 @@ class Tolerance:
         """Why ``error`` fails, or None when it passes."""
         if error.nonfinite:
             return f"{error.nonfinite} logits NaN/Inf"
-        # as many digits as tell the figure from its bound (harness.validate's way)
-        from matprobe.harness.validate import distinct_digits
+        # as many digits as tell the figure from its bound (measure.validate's way)
+        from matprobe.measure.validate import distinct_digits
 
         if not error.norm_rel <= self.norm_rel:
             shown, bound = distinct_digits(error.norm_rel, self.norm_rel)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.inputs import torch_dtype as harness_torch_dtype
+from matprobe.measure.inputs import torch_dtype as harness_torch_dtype
 from matprobe.profile.models import ModelConfig
 from matprobe.quant import dequantize_q8_0, quantize_q8_0
 from matprobe.spec import Q8_0_ACTIVATION_DTYPE

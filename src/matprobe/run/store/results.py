@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from matprobe.harness.results import PairResult, Status
+from matprobe.measure.results import PairResult, Status
 from matprobe.run.store.runs import RunLog
 from matprobe.run.store.schema import (
     _KEY_COLUMNS,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from matprobe.errors import MatprobeError
-from matprobe.harness.results import PairResult, Status
+from matprobe.measure.results import PairResult, Status
 
 APP = "matprobe"
 SCHEMA_VERSION = 1

@@ -1,0 +1,131 @@
+"""Triton kernel of the ``triton.gemv_nt`` family (imported only by its builder).
+
+``y[b, 0, :] = alpha * (W[b] @ x[b, 0, :]) + beta * C0[b, 0, :] + bias`` with W
+stored ``[batch, n, k]`` (the weight layout, tB = 1). Each program computes
+BLOCK_N outputs of one batch entry, walking K in BLOCK_K tiles; products are
+summed in fp32; the shared epilogue (``_blocks``) runs in fp32 before one
+cast on store.
+
+Kept in its own module so that importing ``matprobe.kernels.triton.gemv``
+never imports triton, and so that the family can fingerprint this file's text.
+"""
+
+import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
+import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+from matprobe.kernels.triton._blocks import epilogue_store
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def gemv_nt_kernel(  # type: ignore[no-untyped-def]
+    x_ptr,  # [batch, 1, k] activations (A viewed as [batch, m, k])
+    w_ptr,  # [batch, n, k] weights
+    c0_ptr,  # [batch, 1, n], read only when HAS_C0
+    bias_ptr,  # [n], read only when HAS_BIAS
+    out_ptr,  # [batch, 1, n]
+    n,
+    k,
+    stride_xb,
+    stride_xk,
+    stride_wb,
+    stride_wn,
+    stride_wk,
+    stride_cb,
+    stride_cn,
+    stride_bias,
+    stride_ob,
+    stride_on,
+    alpha,
+    beta,
+    HAS_C0: tl.constexpr,  # noqa: N803
+    HAS_BIAS: tl.constexpr,  # noqa: N803
+    BLOCK_N: tl.constexpr,  # noqa: N803
+    BLOCK_K: tl.constexpr,  # noqa: N803
+    K_TILES: tl.constexpr,  # noqa: N803 - cdiv(k, BLOCK_K): the shape is fixed per spec
+    EVEN_K: tl.constexpr,  # noqa: N803 - k % BLOCK_K == 0: no K masks
+    EVEN_N: tl.constexpr,  # noqa: N803 - n % BLOCK_N == 0: no row masks
+    UNROLL: tl.constexpr,  # noqa: N803 - unroll the K loop so every tile's loads issue up front
+    PDL: tl.constexpr = False,  # noqa: N803 - launched with programmatic dependent launch
+) -> None:
+    pid_n = tl.program_id(0)
+    # Batch and row-block bases in int64: batch · n · k may pass 2**31 elements.
+    pid_b = tl.program_id(1).to(tl.int64)
+    row0 = pid_n * BLOCK_N
+    rows = tl.arange(0, BLOCK_N)  # local to the block: small int32 offsets
+    offs_n = row0 + rows
+    mask_n = offs_n < n
+    offs_k = tl.arange(0, BLOCK_K)
+
+    x_base = x_ptr + pid_b * stride_xb
+    w_base = w_ptr + pid_b * stride_wb + row0.to(tl.int64) * stride_wn
+    w_rows = w_base + rows[:, None] * stride_wn
+
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    if PDL:
+        # Programmatic dependent launch (Hopper+). The next kernel in the stream
+        # may launch as soon as every program of this one has started; this one's
+        # weights are read before waiting on the previous kernel, because weights
+        # are never written by it. x (the previous kernel's output) is read, and
+        # out written, only after the wait. The whole row block is one tile
+        # (K_TILES == 1): its loads are all in flight before the wait.
+        tl.extra.cuda.gdc_launch_dependents()
+        if EVEN_K:
+            if EVEN_N:
+                w = tl.load(w_rows + offs_k[None, :] * stride_wk)
+            else:
+                w = tl.load(w_rows + offs_k[None, :] * stride_wk, mask=mask_n[:, None], other=0.0)
+            tl.extra.cuda.gdc_wait()
+            x = tl.load(x_base + offs_k * stride_xk).to(tl.float32)
+        else:
+            mask_k = offs_k < k
+            w = tl.load(
+                w_rows + offs_k[None, :] * stride_wk,
+                mask=mask_n[:, None] & mask_k[None, :],
+                other=0.0,
+            )
+            tl.extra.cuda.gdc_wait()
+            x = tl.load(x_base + offs_k * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
+        acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+    elif UNROLL:
+        # A fixed, fully unrolled K loop: the compiler can hoist every tile's loads
+        # ahead of the arithmetic, so all of a program's bytes are in flight at once.
+        # Products pile up elementwise in a [BLOCK_N, BLOCK_K] fp32 tile and are
+        # reduced across the threads once, after the last tile (a cross-warp
+        # reduction per tile would serialize the program on shared memory).
+        acc2 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+        for t in tl.static_range(K_TILES):
+            ks = t * BLOCK_K + offs_k
+            if EVEN_K:
+                x = tl.load(x_base + ks * stride_xk).to(tl.float32)
+                if EVEN_N:
+                    w = tl.load(w_rows + ks[None, :] * stride_wk).to(tl.float32)
+                else:
+                    w = tl.load(
+                        w_rows + ks[None, :] * stride_wk, mask=mask_n[:, None], other=0.0
+                    ).to(tl.float32)
+            else:
+                mask_k = ks < k
+                x = tl.load(x_base + ks * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
+                w = tl.load(
+                    w_rows + ks[None, :] * stride_wk,
+                    mask=mask_n[:, None] & mask_k[None, :],
+                    other=0.0,
+                ).to(tl.float32)
+            acc2 += w * x[None, :]
+        acc = tl.sum(acc2, axis=1)
+    else:
+        for k0 in range(0, k, BLOCK_K):
+            ks = k0 + offs_k
+            mask_k = ks < k
+            x = tl.load(x_base + ks * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
+            w = tl.load(
+                w_rows + ks[None, :] * stride_wk,
+                mask=mask_n[:, None] & mask_k[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            acc += tl.sum(w * x[None, :], axis=1)
+
+    epilogue_store(
+        acc, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
+        stride_cb, stride_cn, stride_bias, stride_ob, stride_on, alpha, beta, HAS_C0, HAS_BIAS,
+    )  # fmt: skip

@@ -1,0 +1,158 @@
+"""``triton.gemv_q8``: a Triton GEMV on Q8_0 weights (decode: m = 1).
+
+``y[b, 0, :] = alpha * (W[b] @ x[b, 0, :]) + beta * C0[b, 0, :] + bias`` with W in
+the split layout (int8 quants ``[batch, n, k]`` + fp16 scales ``[batch, n, k/32]``,
+see :mod:`matprobe.quant`), dequantized in registers: 34/32 bytes a weight
+instead of fp16's 2, so a memory-bound GEMV can take ~0.53× the fp16 time.
+
+Importing this module never imports triton or torch (the kernel lives in
+``_gemv_q8_kernels``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from matprobe.kernels.triton import _common as common
+from matprobe.kernels.triton._common import (
+    MAX_TILE_ELEMENTS,
+    interpreter_too_large,
+    is_pow2,
+    target,
+)
+from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.spec import Q8_0_BLOCK, MatmulSpec
+
+if TYPE_CHECKING:
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import MatmulInputs
+
+NAME = "triton.gemv_q8"
+
+#: K loops up to this many tiles are unrolled (the LM head's k = 896 is one or a few).
+MAX_UNROLLED_TILES = 32
+
+#: Most tile elements a thread may hold before the registers spill.
+MAX_PER_THREAD = 256
+
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_q8_kernels.py")
+
+
+def q8_gemv_reason(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
+    """Why a row-blocked Q8_0 GEMV (this family's kernel, or another taking its
+    ``bn``/``bk``/``w`` grid and its launch) cannot run ``spec`` at ``params``."""
+    if spec.m != 1:
+        return "needs m=1 (GEMV)"
+    k = spec.k or 0
+    if k % Q8_0_BLOCK:
+        return f"Q8_0 needs k a multiple of {Q8_0_BLOCK}, got k={k}"
+    bn, bk, warps = params.get("bn"), params.get("bk"), params.get("w")
+    if not is_pow2(bn):
+        return f"bn={bn!r}: BLOCK_N must be a power of two"
+    if not is_pow2(bk) or bk < Q8_0_BLOCK:
+        return f"bk={bk!r}: BLOCK_K must be a power of two >= {Q8_0_BLOCK} (whole blocks)"
+    if not is_pow2(warps) or warps > 32:
+        return f"w={warps!r}: num_warps must be a power of two <= 32"
+    if bn * bk > MAX_TILE_ELEMENTS:
+        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    if bn * bk > MAX_PER_THREAD * 32 * warps:
+        return (
+            f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
+            f"per thread, > {MAX_PER_THREAD}: registers would spill (raise w or lower bn)"
+        )
+    if -(-k // bk) > MAX_UNROLLED_TILES:
+        return f"k={k} needs more than {MAX_UNROLLED_TILES} tiles of bk={bk}: raise bk"
+    batch, n = spec.batch or 0, spec.n_total or 0
+    return interpreter_too_large(device, batch, n, k)
+
+
+def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
+    if (reason := common.flag_reason(params, "blk")) is not None:
+        return reason
+    return q8_gemv_reason(spec, params, device)
+
+
+def q8_gemv_launcher(
+    name: str,
+    kernel: Any,
+    spec: MatmulSpec,
+    params: Mapping[str, Any],
+    device: DeviceInfo,
+    extra: Mapping[str, Any] | None = None,
+) -> KernelFn:
+    """The ``run`` of a row-blocked Q8_0 GEMV ``kernel`` whose arguments are
+    :func:`~matprobe.kernels.triton._gemv_q8_kernels.gemv_q8_kernel`'s: a
+    (cdiv(n, bn), batch) grid, the operands checked against the spec (naming the
+    one that is wrong) before each launch. ``extra``: the kernel's own constexprs."""
+    import torch
+
+    from matprobe.measure.inputs import shapes
+
+    common.check_mode(name, kernel, device)
+    dims = shapes(spec)
+    batch, _, n = dims["out"]
+    k = spec.k or 0
+    where = target(device)
+    bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
+    has_c0, has_bias = spec.reads_c0, spec.has_bias
+    launch = kernel[(-(-n // bn), batch)]
+    constants: dict[str, Any] = {
+        "HAS_C0": has_c0,
+        "HAS_BIAS": has_bias,
+        "BLOCK_N": bn,
+        "BLOCK_K": bk,
+        "NB": bk // Q8_0_BLOCK,
+        "K_TILES": -(-k // bk),
+        "EVEN_K": k % bk == 0,
+        "EVEN_N": n % bn == 0,
+        **(extra or {}),
+        "num_warps": warps,
+    }
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        x, q, c0, bias = common.row_gemv_operands(
+            name, inputs, out, batch=batch, n=n, k=k, dtype=torch.float16, where=where,
+            has_c0=has_c0, has_bias=has_bias, weight_dtype=torch.int8,
+        )  # fmt: skip
+        d: Any = inputs.scales
+        common.check_tensor(name, d, "scales", (batch, n, k // Q8_0_BLOCK), torch.float16, where)
+        if q.stride(2) != 1 or d.stride(2) != 1:
+            raise ValueError(f"{name}: quants and scales must be contiguous along K")
+        launch(
+            x, q, d, c0, bias, out,
+            n, k,
+            x.stride(0), x.stride(2),
+            q.stride(0), q.stride(1),
+            d.stride(0), d.stride(1),
+            c0.stride(0), c0.stride(-1),
+            bias.stride(-1),
+            out.stride(0), out.stride(2),
+            float(inputs.alpha), float(inputs.beta),
+            **constants,
+        )  # fmt: skip
+
+    return run
+
+
+@variant_family(
+    name=NAME,
+    ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
+    devices=("cuda", "cpu"),
+    supports=_supports,
+    grid={"bn": (1, 2, 4), "bk": (512, 1024), "w": (4, 8), "blk": (0, 1)},
+    dtypes=("q8_0",),
+    requires=("triton", "torch"),
+    interpreted_on_cpu=True,
+)
+def GEMV_Q8(  # noqa: N802 - the family is a module constant
+    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
+) -> KernelFn:
+    """Q8_0 GEMV: BLOCK_N rows of int8 W + fp16 block scales per program, dequantized in fp32."""
+    from matprobe.kernels.triton._gemv_q8_kernels import gemv_q8_kernel
+
+    blockwise = {"BLOCKWISE": bool(params.get("blk", 0))}
+    return q8_gemv_launcher(NAME, gemv_q8_kernel, spec, params, device, blockwise)
+
+
+FAMILIES: tuple[VariantFamily, ...] = (GEMV_Q8,)

@@ -1,0 +1,129 @@
+"""Has code in this process replaced what the judge and the baseline run?
+
+A plugin's module is imported into the worker that measures its families, and
+its kernels run there; nothing stops it from assigning a slow wrapper to
+``torch.matmul`` (the baseline's library), a lenient comparison to
+``matprobe.measure.validate``, or a new ``__code__`` to one of their
+functions. Each worker takes a :class:`Snapshot` of those namespaces before it
+imports any plugin, and compares after the import and after every pair: a
+difference makes the pair's result an ERROR, never a verdict.
+
+What is watched: every module of the measurement core (``measure/``, as
+:func:`~matprobe.measure.fingerprint.measurement_sources` finds them — the
+modules its policy fingerprint hashes), the quantization module it judges
+with, ``torch``, ``torch.Tensor``, ``torch.nn.functional``, torch's C
+function table, and ``numpy`` — each name
+bound there, and for a Python function its code object, defaults and
+closure; the methods of the classes matprobe's watched modules define; and the
+set of names of each such class and of ``torch.Tensor`` (a method *added* to one,
+a ``__getattribute__`` say, counts). What is not: changes below Python (a C
+extension patching memory), or state that is not a binding (a tensor's values —
+the input checksums watch those). This is a tripwire for the plugin that
+monkeypatches, not isolation; the families of other plugins and matprobe's own
+run in processes that never import it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from types import FunctionType, ModuleType
+from typing import Any
+
+from matprobe.measure.fingerprint import measurement_sources
+
+#: Namespaces watched besides the measurement core's modules (see the module doc).
+WATCHED = (
+    "matprobe.quant",
+    "torch",
+    "torch.nn.functional",
+    "torch._C._VariableFunctions",
+    "numpy",
+)
+
+
+def watched_namespaces() -> Iterator[tuple[str, Any]]:
+    """(name, namespace object) of everything a snapshot covers, importing each."""
+    core = [name for name in measurement_sources() if name != "matprobe.measure"]
+    for name in (*core, *WATCHED):
+        try:
+            module: ModuleType = importlib.import_module(name)
+        except ImportError:  # numpy-only installs: no torch to watch
+            continue
+        yield name, module
+        if name == "torch":
+            yield "torch.Tensor", module.Tensor
+
+
+def _identity(value: Any) -> tuple[int, ...]:
+    """What changes when a binding is replaced or a function's body is swapped (for
+    a class's set of names: when a name is added or removed)."""
+    if isinstance(value, frozenset):
+        return (hash(value),)
+    if isinstance(value, FunctionType):
+        return (id(value), id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__))
+    return (id(value),)
+
+
+def _names(namespace: Any) -> dict[str, Any]:
+    return dict(vars(namespace) if isinstance(namespace, ModuleType) else namespace.__dict__)
+
+
+def _method_names(cls: type) -> frozenset[str]:
+    """The names of what a class's instances would call: its functions and
+    descriptors. Data Python caches on a class as it runs (``copy.copy`` stores
+    ``__slotnames__`` on the class of what it copies) is not among them."""
+    return frozenset(
+        attr for attr, value in _names(cls).items() if callable(value) or hasattr(value, "__get__")
+    )
+
+
+def _bindings(name: str, namespace: Any) -> Iterator[tuple[str, Any]]:
+    """The callables bound in ``namespace`` (data such as a module's counters is
+    rebound by honest code), and for matprobe's modules the methods of the classes
+    they define. A class's names are watched as a set too: a method *added* to a
+    judging class — a ``__getattribute__`` that hides failures — changes nothing
+    already bound, yet everything the class answers."""
+    if isinstance(namespace, type):
+        yield f"{name}.<names>", _method_names(namespace)
+    for attr, value in _names(namespace).items():
+        if not callable(value):
+            continue
+        yield f"{name}.{attr}", value
+        if isinstance(value, type) and name.startswith("matprobe.") and value.__module__ == name:
+            yield f"{name}.{attr}.<names>", _method_names(value)
+            for method, inner in _names(value).items():
+                if callable(inner) or isinstance(inner, (staticmethod, classmethod, property)):
+                    yield f"{name}.{attr}.{method}", inner
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    #: ``namespace.name`` → identity of what is bound there
+    bindings: dict[str, tuple[int, ...]]
+    #: the objects themselves, kept alive so that no id is reused by another
+    held: tuple[Any, ...]
+
+    @classmethod
+    def take(cls, namespaces: Iterable[tuple[str, Any]] | None = None) -> Snapshot:
+        bindings: dict[str, tuple[int, ...]] = {}
+        held: list[Any] = []
+        for name, namespace in namespaces or watched_namespaces():
+            for key, value in _bindings(name, namespace):
+                bindings[key] = _identity(value)
+                held.append(value)
+                if isinstance(value, FunctionType):
+                    held.extend((value.__code__, value.__defaults__, value.__kwdefaults__))
+        return cls(bindings, tuple(held))
+
+    def changed(self, namespaces: Iterable[tuple[str, Any]] | None = None) -> list[str]:
+        """``namespace.name`` of every callable replaced, removed or given another
+        body since the snapshot (names bound since are not counted: a module may
+        fill a cache lazily)."""
+        now = {
+            key: _identity(value)
+            for name, namespace in namespaces or watched_namespaces()
+            for key, value in _bindings(name, namespace)
+        }
+        return sorted(key for key, ident in self.bindings.items() if now.get(key) != ident)

@@ -1,1 +1,0 @@
-"""The kernel variant families matprobe ships; ``catalogue.shipped_registry()`` lists them."""
