@@ -241,7 +241,7 @@ def test_python_caching_data_on_a_class_is_no_alarm() -> None:
     descriptors counted."""
     import copy
 
-    from matprobe.harness import inputs
+    from matprobe.measure import inputs
 
     class Judged:
         def verdict(self) -> bool:
