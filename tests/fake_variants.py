@@ -405,7 +405,8 @@ def cheat_precompute(spec: MatmulSpec, params: Mapping[str, Any], device: Device
     import copy
 
     from matprobe.measure import seeds
-    from matprobe.measure.inputs import fresh_x, seeded_case
+    from matprobe.measure.inputs import fresh_x
+    from matprobe.measure.references import seeded_case
 
     case = seeded_case(spec, seeds.derived("validation"), "cpu")
     ahead = copy.copy(seeds._fresh)  # the counter's next values, not consumed

@@ -389,7 +389,7 @@ def writes_past_the_guard(fn: KernelFn) -> KernelFn:
     def run(inputs: Any, out: Any) -> None:
         import torch
 
-        from matprobe.measure.inputs import GUARD_MIN_ELEMENTS
+        from matprobe.measure.outputs import GUARD_MIN_ELEMENTS
 
         fn(inputs, out)
         far = out.storage_offset() + out.numel() + max(GUARD_MIN_ELEMENTS, out.numel()) + 64
@@ -492,7 +492,8 @@ def test_kernel_names_a_wrong_operand(family: VariantFamily) -> None:
     """Built for f16 α·A·B + β·C₀ + bias (and for plain α·A·B), the kernel raises
     ValueError naming the operand that does not match, before it launches."""
     torch = pytest.importorskip("torch")
-    from matprobe.measure.inputs import empty_output, make_inputs
+    from matprobe.measure.inputs import make_inputs
+    from matprobe.measure.outputs import empty_output
 
     if "matmul_alpha_beta" not in family.ops:
         return names_a_wrong_operand_without_epilogue(family)
@@ -528,7 +529,8 @@ def names_a_wrong_operand_without_epilogue(family: VariantFamily) -> None:
     (matmul_swiglu): A, W, out and the layout are named, and inputs that carry a C₀
     or a bias (another op's) are refused."""
     torch = pytest.importorskip("torch")
-    from matprobe.measure.inputs import empty_output, make_inputs
+    from matprobe.measure.inputs import make_inputs
+    from matprobe.measure.outputs import empty_output
 
     picked = pick(family, min(family.ops), main_dtype(family), CASES[0], CPU)
     assert not isinstance(picked, str), picked

@@ -25,7 +25,8 @@ from matprobe.dispatch.export import table_filename, tables_from_report  # noqa:
 from matprobe.dispatch.kernels import Dispatcher, register_custom_op, run_linear  # noqa: E402
 from matprobe.kernels.catalogue import shipped_registry  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
-from matprobe.measure.inputs import MatmulInputs, make_inputs, reference  # noqa: E402
+from matprobe.measure.inputs import MatmulInputs, make_inputs  # noqa: E402
+from matprobe.measure.references import reference  # noqa: E402
 from matprobe.measure.results import PairResult  # noqa: E402
 from matprobe.measure.variants import Registry  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402

@@ -127,12 +127,13 @@ def test_references_of_many_sets_at_once_are_each_set_s_own(
     """Stacked (and cut into chunks: here two sets a chunk) as computed one by one;
     the bias broadcast per set, never across sets."""
     from matprobe.measure import inputs as inputs_module
+    from matprobe.measure import references
 
     spec = MatmulSpec.parse(key)
     sets = inputs_module.make_input_sets(spec, 9, 5, "cpu")
-    monkeypatch.setattr(inputs_module, "REFERENCE_CHUNK_BYTES", 2 * sets[0].b.numel() * 8)
-    together = inputs_module.references(sets, "cpu")
+    monkeypatch.setattr(references, "REFERENCE_CHUNK_BYTES", 2 * sets[0].b.numel() * 8)
+    together = references.references(sets, "cpu")
     assert len(together) == 5
     for inputs, (ref, scale) in zip(sets, together, strict=True):
-        assert torch.allclose(ref, inputs_module.reference(inputs), rtol=1e-12, atol=1e-15)
-        assert torch.allclose(scale, inputs_module.reference_scale(inputs), rtol=1e-12, atol=1e-15)
+        assert torch.allclose(ref, references.reference(inputs), rtol=1e-12, atol=1e-15)
+        assert torch.allclose(scale, references.reference_scale(inputs), rtol=1e-12, atol=1e-15)

@@ -292,7 +292,7 @@ def test_no_shipped_variant_fails_the_tolerances(dtype: str) -> None:
 def test_a_cached_case_hit_by_a_stray_write_is_drawn_again() -> None:
     """Seeded cases live on the card: one that a kernel writing past its own buffers
     changed is never handed out again (its reference no longer matches it)."""
-    from matprobe.measure.inputs import seeded_case
+    from matprobe.measure.references import seeded_case
 
     case = seeded_case(GEMV, 4321, "cuda")
     drawn = case.inputs.b.clone()

@@ -19,14 +19,9 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 import fake_variants  # noqa: E402
 from matprobe.measure import fingerprint  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
-from matprobe.measure.inputs import (  # noqa: E402
-    fresh_copy,
-    make_inputs,
-    reference,
-    seeded_case,
-    shapes,
-)
+from matprobe.measure.inputs import fresh_copy, make_inputs, shapes  # noqa: E402
 from matprobe.measure.pair import PairContext, classify, measure_pair_safely  # noqa: E402
+from matprobe.measure.references import reference, seeded_case  # noqa: E402
 from matprobe.measure.results import ErrorKind, Status  # noqa: E402
 from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.measure.validate import compare, spec_tolerance, tolerance  # noqa: E402
@@ -129,7 +124,7 @@ def test_inputs_layouts_and_scale(spec: MatmulSpec) -> None:
 def test_seeded_cases_are_computed_once_and_never_written_through(
     spec: MatmulSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from matprobe.measure import inputs as inputs_module
+    from matprobe.measure import references as references_module
 
     case = seeded_case(spec, 11)
     fresh = make_inputs(spec, 11)
@@ -144,15 +139,15 @@ def test_seeded_cases_are_computed_once_and_never_written_through(
     # A cache bounded in bytes: past the budget the oldest cases are dropped (the
     # newest always stays), and a dropped case is recomputed equal.
     one_case = case.inputs.nbytes
-    monkeypatch.setattr(inputs_module, "CASE_CACHE_BYTES", 3 * one_case)
+    monkeypatch.setattr(references_module, "CASE_CACHE_BYTES", 3 * one_case)
     for seed in range(100, 104):
         seeded_case(spec, seed)
-    assert len(inputs_module._cases) == 3
+    assert len(references_module._cases) == 3
     again = seeded_case(spec, 11)
     assert again is not case and torch.equal(again.inputs.b, case.inputs.b)
-    monkeypatch.setattr(inputs_module, "CASE_CACHE_BYTES", 0)
+    monkeypatch.setattr(references_module, "CASE_CACHE_BYTES", 0)
     assert seeded_case(spec, 12) is not None
-    assert list(inputs_module._cases) == [(spec.key(), 12, "cpu")]
+    assert list(references_module._cases) == [(spec.key(), 12, "cpu")]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=SPEC_IDS)

@@ -154,7 +154,7 @@ def test_many_problems_on_the_same_weights_are_answered_as_one_product(
 ) -> None:
     """The answers to a replay's calls (one more leading axis than the weights) equal
     the broadcast product, computed without copying the weights once a call."""
-    from matprobe.measure.inputs import _matmul
+    from matprobe.measure.references import _matmul
 
     x = torch.randn(x_shape, dtype=torch.float64)
     w = torch.randn(w_shape, dtype=torch.float64)
@@ -310,13 +310,13 @@ def test_a_seed_replays_a_pair_exactly_and_another_seed_does_not() -> None:
     """Call for call: the same seed gives the same calls the same values. The stop
     rule reads the clock, so the rounds are pinned here: a replay that times more
     or fewer rounds (CI's first run did) differs from the first round it adds."""
-    from matprobe.measure import bench, inputs
+    from matprobe.measure import bench, references
 
     def xs(seed: int) -> list[bytes]:
         # As a new process starts a run: whatever it drew or kept before is gone.
         seeds.restart(seed + 1)
         bench._benches.clear()
-        inputs._cases.clear()
+        references._cases.clear()
         seen: list[bytes] = []
         policy = replace(FAST, seed=seed, min_samples=4, max_samples=4)
         result = measure_pair_safely(spec(SPECS[1]), _x_witness(seen), PairContext(CPU, policy))
@@ -361,7 +361,7 @@ def test_a_kernel_that_writes_into_its_weights_fails(key: str) -> None:
 
 
 def test_checksums_see_a_swap_that_a_plain_sum_would_not() -> None:
-    from matprobe.measure.inputs import checksums
+    from matprobe.measure.outputs import checksums
 
     t = torch.arange(12, dtype=torch.float16)
     before = checksums([t])
@@ -377,9 +377,9 @@ def test_checksums_batched_are_each_tensors_own_and_see_one_changed_bit(
     checksum is still that tensor's own (the per-tensor formula), whatever its
     neighbours, and one flipped bit in one of many like-sized sets changes its own
     checksum only."""
-    from matprobe.measure import inputs
+    from matprobe.measure import outputs
 
-    monkeypatch.setattr(inputs, "CHECKSUM_BATCH", batch)
+    monkeypatch.setattr(outputs, "CHECKSUM_BATCH", batch)
     gen = torch.Generator().manual_seed(5)
     sets = [torch.rand(3, 5, 7, generator=gen).half() for _ in range(40)]
     odd = [torch.rand(2, 3, generator=gen), torch.rand(4, 9, generator=gen).bfloat16().t()]
@@ -390,10 +390,10 @@ def test_checksums_batched_are_each_tensors_own_and_see_one_changed_bit(
         bits = t.reshape(-1).view(ints[t.element_size()]).to(torch.int64)
         return (bits * (torch.arange(bits.numel()) % 65521 + 1)).sum()
 
-    before = inputs.checksums(tensors)
+    before = outputs.checksums(tensors)
     assert torch.equal(before, torch.stack([own(t) for t in tensors]))
     sets[33].view(torch.int16).view(-1)[50] ^= 1
-    changed = (inputs.checksums(tensors) != before).nonzero().flatten().tolist()
+    changed = (outputs.checksums(tensors) != before).nonzero().flatten().tolist()
     assert changed == [next(i for i, t in enumerate(tensors) if t is sets[33])]
 
 

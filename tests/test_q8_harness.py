@@ -16,14 +16,10 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
 from matprobe.measure.checks import check_chain  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
-from matprobe.measure.inputs import (  # noqa: E402
-    MatmulInputs,
-    Operands64,
-    empty_output,
-    make_inputs,
-    reference,
-)
+from matprobe.measure.inputs import MatmulInputs, make_inputs  # noqa: E402
+from matprobe.measure.outputs import empty_output  # noqa: E402
 from matprobe.measure.pair import PairContext, measure_pair_safely, validate_pair  # noqa: E402
+from matprobe.measure.references import Operands64, reference  # noqa: E402
 from matprobe.measure.results import Status  # noqa: E402
 from matprobe.measure.sampling import recorder_for  # noqa: E402
 from matprobe.measure.seeds import restart  # noqa: E402

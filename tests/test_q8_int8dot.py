@@ -26,14 +26,10 @@ from matprobe.kernels.triton.gemv_q8_int8dot import (  # noqa: E402
     GEMV_Q8_INT8DOT,
 )
 from matprobe.measure.device import DeviceInfo  # noqa: E402
-from matprobe.measure.inputs import (  # noqa: E402
-    MatmulInputs,
-    declared_x,
-    empty_output,
-    make_inputs,
-    reference_scale,
-)
+from matprobe.measure.inputs import MatmulInputs, make_inputs  # noqa: E402
+from matprobe.measure.outputs import empty_output  # noqa: E402
 from matprobe.measure.pair import PairContext, measure_pair_safely  # noqa: E402
+from matprobe.measure.references import declared_x, reference_scale  # noqa: E402
 from matprobe.measure.results import Status  # noqa: E402
 from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.measure.validate import (  # noqa: E402

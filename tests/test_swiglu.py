@@ -24,14 +24,9 @@ from matprobe.errors import SpecError  # noqa: E402
 from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
 from matprobe.kernels.triton.gemv_swiglu import GEMV_SWIGLU  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
-from matprobe.measure.inputs import (  # noqa: E402
-    MatmulInputs,
-    make_inputs,
-    reference,
-    reference_scale,
-    shapes,
-)
+from matprobe.measure.inputs import MatmulInputs, make_inputs, shapes  # noqa: E402
 from matprobe.measure.pair import validate_pair  # noqa: E402
+from matprobe.measure.references import reference, reference_scale  # noqa: E402
 from matprobe.measure.validate import (  # noqa: E402
     UNIT_ROUNDOFF,
     few_outputs_norm,

@@ -241,7 +241,7 @@ def test_python_caching_data_on_a_class_is_no_alarm() -> None:
     descriptors counted."""
     import copy
 
-    from matprobe.measure import inputs
+    from matprobe.measure import references
 
     class Judged:
         def verdict(self) -> bool:
@@ -257,5 +257,5 @@ def test_python_caching_data_on_a_class_is_no_alarm() -> None:
     assert changed(snapshot) == ["m.<names>"]
     # And the class the bench copies, as it is watched in a worker.
     watched = Snapshot.take()
-    copy.copy(object.__new__(inputs.CallAnswers))
+    copy.copy(object.__new__(references.CallAnswers))
     assert watched.changed() == []

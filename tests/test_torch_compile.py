@@ -139,7 +139,9 @@ def test_compiled_function_matches_reference(
     epilogue: str,
 ) -> None:
     torch = pytest.importorskip("torch")
-    from matprobe.measure.inputs import empty_output, make_inputs, reference, reference_scale
+    from matprobe.measure.inputs import make_inputs
+    from matprobe.measure.outputs import empty_output
+    from matprobe.measure.references import reference, reference_scale
     from matprobe.measure.validate import compare, spec_tolerance
 
     ta, tb = layout
@@ -179,7 +181,8 @@ def test_run_rejects_inputs_that_do_not_match_the_spec(
     identity_compile: list[tuple[Any, dict[str, Any]]],
 ) -> None:
     pytest.importorskip("torch")
-    from matprobe.measure.inputs import empty_output, make_inputs
+    from matprobe.measure.inputs import make_inputs
+    from matprobe.measure.outputs import empty_output
 
     spec = spec_for(4, 5, 7, 1, "f32", "bias", ta=False, tb=True)
     run = TORCH_COMPILE.build(spec, {}, GPU)

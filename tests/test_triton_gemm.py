@@ -14,7 +14,8 @@ import pytest
 
 from matprobe.kernels.triton import _gemm_kernels, gemm
 from matprobe.kernels.triton.gemm import FAMILIES, GEMM
-from matprobe.measure.inputs import empty_output, make_inputs
+from matprobe.measure.inputs import make_inputs
+from matprobe.measure.outputs import empty_output
 from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
 from triton_checks import CPU, GPU, assert_point_refused, check_on_cpu, check_strided

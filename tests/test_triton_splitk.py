@@ -16,7 +16,8 @@ from matprobe.kernels.triton.splitk import (
     k_mode,
     plan_split,
 )
-from matprobe.measure.inputs import MatmulInputs, empty_output, make_inputs
+from matprobe.measure.inputs import MatmulInputs, make_inputs
+from matprobe.measure.outputs import empty_output
 from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
 from triton_checks import (

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 
 import fake_variants  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
-from matprobe.measure.inputs import GuardedOutputs  # noqa: E402
+from matprobe.measure.outputs import GuardedOutputs  # noqa: E402
 from matprobe.measure.pair import (  # noqa: E402
     GuardBreachError,
     PairContext,

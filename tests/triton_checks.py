@@ -10,13 +10,9 @@ from dataclasses import replace
 from typing import Any
 
 from matprobe.measure.device import DeviceInfo
-from matprobe.measure.inputs import (
-    MatmulInputs,
-    empty_output,
-    make_inputs,
-    reference,
-    reference_scale,
-)
+from matprobe.measure.inputs import MatmulInputs, make_inputs
+from matprobe.measure.outputs import empty_output
+from matprobe.measure.references import reference, reference_scale
 from matprobe.measure.validate import compare, spec_tolerance
 from matprobe.measure.variants import Variant, VariantFamily
 from matprobe.spec import MatmulSpec

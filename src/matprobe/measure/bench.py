@@ -36,14 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from matprobe.measure.inputs import (
-    CallAnswers,
-    GuardedOutputs,
-    MatmulInputs,
-    checksums,
-    make_input_sets,
-    refill_sets,
-)
+from matprobe.measure.inputs import MatmulInputs, make_input_sets, refill_sets
+from matprobe.measure.outputs import GuardedOutputs, checksums
+from matprobe.measure.references import CallAnswers
 from matprobe.measure.sampling import Contender, Recorder, Step
 from matprobe.measure.seeds import fresh_seed
 from matprobe.measure.timing import TimingPolicy, calls_per_sample, rotation_count

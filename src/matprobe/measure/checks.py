@@ -22,15 +22,9 @@ from typing import Any
 
 from matprobe.measure.bench import Bench
 from matprobe.measure.device import DeviceInfo
-from matprobe.measure.inputs import (
-    GuardedOutputs,
-    MatmulInputs,
-    Operands64,
-    declared_x,
-    make_input_sets,
-    shapes,
-    torch_float64,
-)
+from matprobe.measure.inputs import MatmulInputs, make_input_sets, shapes, torch_float64
+from matprobe.measure.outputs import GuardedOutputs
+from matprobe.measure.references import Operands64, declared_x
 from matprobe.measure.seeds import fresh_seed
 from matprobe.measure.validate import first_failure, spec_tolerance
 from matprobe.spec import MatmulSpec

@@ -21,14 +21,9 @@ from matprobe.measure.bench import Bench, TimedJudge, baseline_on, bench_for, ma
 from matprobe.measure.checks import check_chain, check_replay, runs_chain
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.fingerprint import loaded_sources
-from matprobe.measure.inputs import (
-    GuardedOutputs,
-    declared_x,
-    fresh_copy,
-    fresh_x,
-    seeded_case,
-    x64,
-)
+from matprobe.measure.inputs import fresh_copy, fresh_x, x64
+from matprobe.measure.outputs import GuardedOutputs
+from matprobe.measure.references import declared_x, seeded_case
 from matprobe.measure.results import Clocks, ErrorKind, PairResult, Status
 from matprobe.measure.sampling import Contender, Recorder, interleave, ratio_of, recorder_for
 from matprobe.measure.seeds import derived, fresh_seed, use_run_seed
