@@ -69,10 +69,6 @@ def _infer_tokens(specs: Sequence[MatmulSpec]) -> int | None:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.report.html import render_html
-    from matprobe.report.json_csv import to_csv
-    from matprobe.report.json_csv import to_json as report_json
-    from matprobe.report.markdown import render_markdown
     from matprobe.report.model import run_problems
     from matprobe.report.tables import REPORT_COLUMNS
     from matprobe.report.text import render_terminal
@@ -108,6 +104,31 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     )
     if args.dry_run:
         return _print_plan(session, specs, out)
+    to_stdout = _check_outputs(args)
+    result = session.run(specs, source=source, tokens=tokens)
+    report = result.report
+    text = render_terminal(report, None if args.wide else REPORT_COLUMNS)
+    # With '-', stdout holds the data alone (parseable); the report goes to stderr.
+    (sys.stderr if to_stdout else out).write(text)
+    _write_reports(args, report, text, out)
+    if args.dispatch and not result.interrupted:
+        from matprobe.cli.dispatch import export_tables
+
+        export_tables(report, tuple(args.plugin or ()), Path(args.dispatch), sys.stderr)
+    if result.interrupted:
+        print("matprobe: interrupted; finished pairs are stored", file=sys.stderr)
+        return 130
+    problems = run_problems(report, strict=args.strict)
+    for problem in problems[:10]:
+        print(f"matprobe: {term_safe(problem)}", file=sys.stderr)
+    if len(problems) > 10:
+        print(f"matprobe: … and {len(problems) - 10} more", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _check_outputs(args: argparse.Namespace) -> list[str]:
+    """Before anything is measured: every file and folder the run will write is
+    writable, and at most one export goes to stdout. The exports to stdout."""
     to_stdout = [name for name in ("json", "csv") if getattr(args, name) == "-"]
     if len(to_stdout) > 1:
         raise MatprobeError("only one of --json and --csv can be '-' (stdout)")
@@ -118,11 +139,17 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     for folder in (args.out, args.dispatch):
         if folder:
             _check_writable_dir(Path(folder))
-    result = session.run(specs, source=source, tokens=tokens)
-    report = result.report
-    text = render_terminal(report, None if args.wide else REPORT_COLUMNS)
-    # With '-', stdout holds the data alone (parseable); the report goes to stderr.
-    (sys.stderr if to_stdout else out).write(text)
+    return to_stdout
+
+
+def _write_reports(args: argparse.Namespace, report: Any, text: str, out: TextIO) -> None:
+    """The JSON and CSV exports (a file, or stdout for '-') and ``--out``'s folder of
+    every rendering."""
+    from matprobe.report.html import render_html
+    from matprobe.report.json_csv import to_csv
+    from matprobe.report.json_csv import to_json as report_json
+    from matprobe.report.markdown import render_markdown
+
     exports: dict[str, Callable[[], str]] = {
         "json": lambda: json.dumps(report_json(report), indent=2) + "\n",
         "csv": lambda: to_csv(report),
@@ -140,19 +167,6 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         _write(folder / "report.html", render_html(report))
         for name, render in exports.items():
             _write(folder / f"report.{name}", render())
-    if args.dispatch and not result.interrupted:
-        from matprobe.cli.dispatch import export_tables
-
-        export_tables(report, tuple(args.plugin or ()), Path(args.dispatch), sys.stderr)
-    if result.interrupted:
-        print("matprobe: interrupted; finished pairs are stored", file=sys.stderr)
-        return 130
-    problems = run_problems(report, strict=args.strict)
-    for problem in problems[:10]:
-        print(f"matprobe: {term_safe(problem)}", file=sys.stderr)
-    if len(problems) > 10:
-        print(f"matprobe: … and {len(problems) - 10} more", file=sys.stderr)
-    return 1 if problems else 0
 
 
 def _print_plan(session: Any, specs: Sequence[MatmulSpec], out: TextIO) -> int:

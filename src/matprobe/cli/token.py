@@ -22,8 +22,9 @@ from matprobe.safetext import term_safe
 
 if TYPE_CHECKING:
     from matprobe.profile.models import ModelConfig
-    from matprobe.token.bench import TokenResult
+    from matprobe.token.bench import TokenBench, TokenResult
     from matprobe.token.linear import LinearFn
+    from matprobe.token.modes import Mode
 
 EXIT_FAILED = 1
 
@@ -235,13 +236,43 @@ def _problems(token: TokenResult, strict: bool) -> list[str]:
     return problems
 
 
+def _write_profile(
+    args: argparse.Namespace,
+    bench: TokenBench,
+    mode: Mode,
+    device: str,
+    progress: Callable[[str], None],
+) -> None:
+    """``--profile``: ``--profile-tokens`` tokens of ``mode`` recorded as a JSONL
+    profile (each kernel named by the backend that ran it), for ``matprobe
+    analyze`` — the way back to the engine's own analysis."""
+    from matprobe.token.profile import record_token, save_profile
+
+    recorded = record_token(
+        bench.step,
+        bench.linears[mode.kernels],
+        tokens=args.profile_tokens,
+        device_kind=device,
+    )
+    written = save_profile(
+        args.profile,
+        recorded,
+        bench.specs,
+        backend_of=_backend_namer(device, mode.kernels),
+        reason=f"matprobe token, mode {mode.name}: {mode.description}",
+        weight_bytes=bench.weights.weight_bytes(),
+    )
+    progress(
+        f"wrote {written} events ({args.profile_tokens} tokens, mode {mode.name}) to {args.profile}"
+    )
+
+
 def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.profile.models import get_model
     from matprobe.token.bench import TokenBench
     from matprobe.token.floor import measure_read_ceiling
     from matprobe.token.modes import MODES, parse_modes, select_modes, triton_problem
     from matprobe.token.predict import check_predictions
-    from matprobe.token.profile import record_token, save_profile
     from matprobe.token.report import render_text, to_json
     from matprobe.token.weights import small_config
 
@@ -304,24 +335,7 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
             _write(Path(args.json), data)
 
     if args.profile:
-        recorded = record_token(
-            bench.step,
-            bench.linears[profile_mode.kernels],
-            tokens=args.profile_tokens,
-            device_kind=device,
-        )
-        written = save_profile(
-            args.profile,
-            recorded,
-            bench.specs,
-            backend_of=_backend_namer(device, profile_mode.kernels),
-            reason=f"matprobe token, mode {profile_mode.name}: {profile_mode.description}",
-            weight_bytes=bench.weights.weight_bytes(),
-        )
-        progress(
-            f"wrote {written} events ({args.profile_tokens} tokens, mode {profile_mode.name}) "
-            f"to {args.profile}"
-        )
+        _write_profile(args, bench, profile_mode, device, progress)
 
     problems = _problems(token, args.strict)
     for problem in problems:

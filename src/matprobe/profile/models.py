@@ -158,6 +158,35 @@ class ModelShape:
             raise MatprobeError(f"count must be a positive integer, got {self.count!r}")
 
 
+def _attention_specs(
+    c: ModelConfig, context: int, dtype: str, provenance: Provenance
+) -> tuple[MatmulSpec, MatmulSpec]:
+    """Attention's two matmuls over ``context`` cached positions: Q·Kᵀ (scores,
+    scaled by 1/√head_dim) and P·V. Every query head against every cached key
+    (GQA repeats the KV heads), so the batch is the query heads, as in the
+    profile."""
+
+    def attention(n: int, k: int, *, tb: bool, alpha: float) -> MatmulSpec:
+        return MatmulSpec(
+            op="matmul_alpha_beta",
+            batch=c.heads,
+            m=1,
+            n=n,
+            k=k,
+            tA=False,
+            tB=tb,
+            alpha=alpha,
+            beta=0.0,
+            strided_batch=True,
+            dtype=dtype,
+            provenance=provenance,
+        )
+
+    qk = attention(context, c.head_dim, tb=True, alpha=1.0 / math.sqrt(c.head_dim))
+    pv = attention(c.head_dim, context, tb=False, alpha=1.0)
+    return qk, pv
+
+
 def decode_specs(
     config: ModelConfig,
     *,
@@ -215,26 +244,7 @@ def decode_specs(
         kv = weight(qkv_op, c.kv_heads * c.head_dim, c.hidden)
         shapes.append(ModelShape(kv, 2 * c.layers, "kv"))
 
-    # Scores for every query head against every cached key (GQA repeats the
-    # KV heads, so the batch is the query heads, as in the profile).
-    def attention(n: int, k: int, *, tb: bool, alpha: float) -> MatmulSpec:
-        return MatmulSpec(
-            op="matmul_alpha_beta",
-            batch=c.heads,
-            m=1,
-            n=n,
-            k=k,
-            tA=False,
-            tB=tb,
-            alpha=alpha,
-            beta=0.0,
-            strided_batch=True,
-            dtype=attn_dtype,
-            provenance=provenance,
-        )
-
-    qk = attention(context, c.head_dim, tb=True, alpha=1.0 / math.sqrt(c.head_dim))
-    pv = attention(c.head_dim, context, tb=False, alpha=1.0)
+    qk, pv = _attention_specs(c, context, attn_dtype, provenance)
     shapes.append(ModelShape(qk, c.layers, "attn_qk"))
     shapes.append(ModelShape(pv, c.layers, "attn_pv"))
 
