@@ -270,6 +270,87 @@ def _chunk_work(chunk: Sequence[tuple[int, PlannedPair]]) -> int:
     return sum(pair.spec.flops() for _, pair in chunk)
 
 
+OnStart = Callable[[Task], None]
+OnResult = Callable[[Task, PairResult], None]
+
+
+#: Where a run's work items are measured: it takes items from the queue (the next
+#: family's tasks, None when the work is done) until none is left, reports each
+#: task as it starts and each result as it comes, and records the read ceiling of
+#: every card it measured on in the dict it is given (also when interrupted).
+Executor = Callable[[WorkQueue, OnStart, OnResult, dict[str, Any]], None]
+
+
+def executor_for(
+    device: DeviceInfo,
+    slots: Sequence[DeviceSlot] | None,
+    ray: RayCluster | None,
+    runner: Callable[..., None],
+    options: Mapping[str, Any],
+) -> Executor:
+    """The executor of a run: a Ray cluster, every GPU of a host (several
+    ``slots``), one long-lived worker on one device, or — in tests — a custom
+    ``runner`` called once per family."""
+    where = slots[0].device if slots else device
+
+    def on_ray(
+        work: WorkQueue, on_start: OnStart, on_result: OnResult, peaks: dict[str, Any]
+    ) -> None:
+        from matprobe.run.ray_pool import run_on_ray
+
+        assert ray is not None
+        run_on_ray(work.take, ray, on_start=on_start, on_result=on_result, **options)
+
+    def on_every_gpu(
+        work: WorkQueue, on_start: OnStart, on_result: OnResult, peaks: dict[str, Any]
+    ) -> None:
+        from matprobe.run.pool import run_on_slots, with_card
+
+        assert slots is not None
+
+        def on_result_at(task: Task, result: PairResult, slot: DeviceSlot) -> None:
+            on_result(task, with_card(result, slot))
+
+        peaks.update(
+            run_on_slots(
+                work.take,
+                slots,
+                on_start=on_start,
+                on_result=on_result_at,
+                runner=runner,
+                card_peaks=CARD_PEAKS if device.kind == "cuda" else None,
+                **options,
+            )
+        )
+
+    def on_one_device(
+        work: WorkQueue, on_start: OnStart, on_result: OnResult, peaks: dict[str, Any]
+    ) -> None:
+        # One worker process for the whole run, as each card of a --gpus run
+        # has: a family no longer pays a process start (torch, CUDA context).
+        measure_peaks = CARD_PEAKS if where.kind == "cuda" else None
+        worker = WorkerSet(device=where, measure_peaks=measure_peaks, **options)
+        try:
+            with worker:
+                while (tasks := work.take()) is not None:
+                    worker.run(tasks, on_start=on_start, on_result=on_result)
+        finally:  # an interrupted run's report still has its card's ceilings
+            if worker.peaks is not None:
+                peaks[f"cuda:{where.index}"] = worker.peaks
+
+    def with_runner(
+        work: WorkQueue, on_start: OnStart, on_result: OnResult, peaks: dict[str, Any]
+    ) -> None:
+        while (tasks := work.take()) is not None:
+            runner(tasks, device=where, on_start=on_start, on_result=on_result, **options)
+
+    if ray is not None:
+        return on_ray
+    if slots is not None and len(slots) > 1:
+        return on_every_gpu
+    return on_one_device if runner is run_tasks else with_runner
+
+
 def execute(
     plan: Plan,
     store: ResultStore,
@@ -357,43 +438,9 @@ def execute(
         "run_id": run_id,
         "timeout_s": timeout_s,
     }
+    executor = executor_for(device, slots, ray, runner, options)
     try:
-        if ray is not None:
-            from matprobe.run.ray_pool import run_on_ray
-
-            run_on_ray(work.take, ray, on_start=on_start, on_result=on_result, **options)
-        elif slots is not None and len(slots) > 1:
-            from matprobe.run.pool import run_on_slots, with_card
-
-            def on_result_at(task: Task, result: PairResult, slot: DeviceSlot) -> None:
-                on_result(task, with_card(result, slot))
-
-            outcome.card_peaks = run_on_slots(
-                work.take,
-                slots,
-                on_start=on_start,
-                on_result=on_result_at,
-                runner=runner,
-                card_peaks=CARD_PEAKS if device.kind == "cuda" else None,
-                **options,
-            )
-        elif runner is run_tasks:
-            # One worker process for the whole run, as each card of a --gpus run
-            # has: a family no longer pays a process start (torch, CUDA context).
-            where = slots[0].device if slots else device
-            peaks = CARD_PEAKS if where.kind == "cuda" else None
-            worker = WorkerSet(device=where, measure_peaks=peaks, **options)
-            try:
-                with worker:
-                    while (tasks := work.take()) is not None:
-                        worker.run(tasks, on_start=on_start, on_result=on_result)
-            finally:  # an interrupted run's report still has its card's ceilings
-                if worker.peaks is not None:
-                    outcome.card_peaks = {f"cuda:{where.index}": worker.peaks}
-        else:  # a custom runner (tests): called once per family
-            where = slots[0].device if slots else device
-            while (tasks := work.take()) is not None:
-                runner(tasks, device=where, on_start=on_start, on_result=on_result, **options)
+        executor(work, on_start, on_result, outcome.card_peaks)
     except KeyboardInterrupt:
         outcome.interrupted = True
     finally:
