@@ -23,6 +23,7 @@ import torch
 from matprobe.errors import MatprobeError
 from matprobe.profile.models import ModelConfig
 from matprobe.token.floor import ByteFloor
+from matprobe.token.judge import ReplayJudge, keeping
 
 if TYPE_CHECKING:
     from matprobe.token.fused import DecodeKernels
@@ -46,7 +47,7 @@ from matprobe.token.validate import (
     relative_to_baseline,
     worst,
 )
-from matprobe.token.weights import MAX_POSITION, embeddings, make_weights, place
+from matprobe.token.weights import embeddings, make_weights, place
 
 #: ``compiler(step, mode)``: the step compiled in a torch.compile mode.
 Compiler = Callable[[TokenCall, str], TokenCall]
@@ -198,68 +199,6 @@ class TokenResult:
         ratios = np.asarray(mine.samples_us) / np.asarray(theirs.samples_us)
         p10, p50, p90 = np.percentile(ratios, [10, 50, 90])
         return float(p50), float(p10), float(p90)
-
-
-class _ReplayJudge:
-    """Every timed replay of one mode on a fresh input — an embedding and a RoPE
-    position, written before the replay, outside the clock — its logits kept and
-    judged against float64 after the rounds: a table kernel that memoises, or
-    computes only on the validation trials' inputs, fails on the replays it is
-    timed on, and so does a step that baked the validation's RoPE tables in."""
-
-    def __init__(self, owner: TokenBench, mode: Mode) -> None:
-        from matprobe.measure.seeds import fresh_seed
-
-        self.owner = owner
-        self.mode = mode
-        self.seed = fresh_seed()  # values no earlier draw of this process made
-        self.inputs: dict[int, tuple[torch.Tensor, int]] = {}
-        self.outputs: list[tuple[torch.Tensor, int, torch.Tensor]] = []
-        self.last: torch.Tensor | None = None
-
-    def fresh(self, index: int) -> None:
-        w = self.owner.weights
-        seed = self.seed + index
-        (x0,) = embeddings(self.owner.config, 1, dtype=self.owner.dtype, device=w.x0.device,
-                           seed=seed)  # fmt: skip
-        draw = torch.Generator().manual_seed(seed)
-        position = int(torch.randint(0, MAX_POSITION, (1,), generator=draw))
-        w.x0.copy_(x0)
-        self.owner.place(position)
-        self.inputs[index] = (x0, position)
-
-    def keep(self, index: int) -> None:
-        if self.last is None:
-            raise MatprobeError(f"{self.mode.name}: a timed replay returned no logits")
-        x0, position = self.inputs.pop(index)
-        self.outputs.append((x0, position, self.last.detach().clone()))
-        self.last = None
-
-    def verdict(self, tolerance: Tolerance) -> tuple[int, str | None]:
-        """(replays judged, why the worst failed or None); the validation input and
-        position are put back."""
-        owner = self.owner
-        owner.weights.x0.copy_(owner.inputs[0])
-        owner.place(owner.context - 1)
-        for number, (x0, position, logits) in enumerate(self.outputs, start=1):
-            failure = tolerance.failure(logit_error(logits, owner.reference(x0, position)))
-            if failure:
-                return number, (
-                    f"timed replay {number} of {len(self.outputs)} (position {position}): {failure}"
-                )
-        return len(self.outputs), None
-
-
-def _keeping(call: TokenCall, judge: _ReplayJudge | None) -> TokenCall:
-    """``call``, handing each output to ``judge`` (kept after the clock stops)."""
-    if judge is None:
-        return call
-
-    def kept() -> torch.Tensor:
-        judge.last = call()
-        return judge.last
-
-    return kept
 
 
 def device_description(kind: str) -> tuple[str, dict[str, str]]:
@@ -517,12 +456,12 @@ class TokenBench:
             return {}
         clock = cuda_time_us if self.device == "cuda" else host_time_us
         judges = {
-            r.mode.name: _ReplayJudge(self.peer() if r.mode.peer is not None else self, r.mode)
+            r.mode.name: ReplayJudge(self.peer() if r.mode.peer is not None else self, r.mode)
             for r in results
             if r.mode.name in calls and r.mode.validated
         }
         samples = interleaved_rounds(
-            {name: _keeping(call, judges.get(name)) for name, call in calls.items()},
+            {name: keeping(call, judges.get(name)) for name, call in calls.items()},
             rounds,
             clock,
             before=lambda name, index: judges[name].fresh(index) if name in judges else None,

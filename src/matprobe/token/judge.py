@@ -1,0 +1,92 @@
+"""Every timed replay of a token mode judged: a fresh input before it (an embedding
+and a RoPE position, written outside the clock), its logits kept after it, and
+all of them compared with float64 after the rounds (:class:`ReplayJudge`)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from matprobe.errors import MatprobeError
+from matprobe.profile.models import ModelConfig
+from matprobe.token.modes import Mode
+from matprobe.token.timing import TokenCall
+from matprobe.token.validate import Tolerance, logit_error
+from matprobe.token.weights import MAX_POSITION, embeddings
+
+
+class JudgedBench(Protocol):
+    """What a judge needs of the token bench it judges for (``TokenBench``)."""
+
+    weights: Any  # the step's weights: ``x0`` is the embedding a replay starts from
+    config: ModelConfig
+    dtype: str
+    context: int
+    inputs: list[torch.Tensor]  # validation's embeddings; the first is put back
+
+    def place(self, position: int) -> None: ...
+
+    def reference(self, x0: torch.Tensor, position: int) -> torch.Tensor: ...
+
+
+class ReplayJudge:
+    """Every timed replay of one mode on a fresh input — an embedding and a RoPE
+    position, written before the replay, outside the clock — its logits kept and
+    judged against float64 after the rounds: a table kernel that memoises, or
+    computes only on the validation trials' inputs, fails on the replays it is
+    timed on, and so does a step that baked the validation's RoPE tables in."""
+
+    def __init__(self, owner: JudgedBench, mode: Mode) -> None:
+        from matprobe.measure.seeds import fresh_seed
+
+        self.owner = owner
+        self.mode = mode
+        self.seed = fresh_seed()  # values no earlier draw of this process made
+        self.inputs: dict[int, tuple[torch.Tensor, int]] = {}
+        self.outputs: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+        self.last: torch.Tensor | None = None
+
+    def fresh(self, index: int) -> None:
+        w = self.owner.weights
+        seed = self.seed + index
+        (x0,) = embeddings(self.owner.config, 1, dtype=self.owner.dtype, device=w.x0.device,
+                           seed=seed)  # fmt: skip
+        draw = torch.Generator().manual_seed(seed)
+        position = int(torch.randint(0, MAX_POSITION, (1,), generator=draw))
+        w.x0.copy_(x0)
+        self.owner.place(position)
+        self.inputs[index] = (x0, position)
+
+    def keep(self, index: int) -> None:
+        if self.last is None:
+            raise MatprobeError(f"{self.mode.name}: a timed replay returned no logits")
+        x0, position = self.inputs.pop(index)
+        self.outputs.append((x0, position, self.last.detach().clone()))
+        self.last = None
+
+    def verdict(self, tolerance: Tolerance) -> tuple[int, str | None]:
+        """(replays judged, why the worst failed or None); the validation input and
+        position are put back."""
+        owner = self.owner
+        owner.weights.x0.copy_(owner.inputs[0])
+        owner.place(owner.context - 1)
+        for number, (x0, position, logits) in enumerate(self.outputs, start=1):
+            failure = tolerance.failure(logit_error(logits, owner.reference(x0, position)))
+            if failure:
+                return number, (
+                    f"timed replay {number} of {len(self.outputs)} (position {position}): {failure}"
+                )
+        return len(self.outputs), None
+
+
+def keeping(call: TokenCall, judge: ReplayJudge | None) -> TokenCall:
+    """``call``, handing each output to ``judge`` (kept after the clock stops)."""
+    if judge is None:
+        return call
+
+    def kept() -> torch.Tensor:
+        judge.last = call()
+        return judge.last
+
+    return kept
