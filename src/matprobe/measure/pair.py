@@ -14,7 +14,7 @@ work only where the output looks judged: all fail.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from matprobe.measure.bench import Bench, TimedJudge, baseline_on, bench_for, make_bench
@@ -260,11 +260,11 @@ class _Timing:
     clock, and the timed outputs judged so far."""
 
     device: Any = None  # the device clock's ClockStats
-    notes: list[str] | None = None
+    notes: list[str] = field(default_factory=list)
     judged: int = 0
 
     def clocks(self, **more: Any) -> Clocks:
-        return Clocks(device=self.device, notes=tuple(self.notes or ()), **more)
+        return Clocks(device=self.device, notes=tuple(self.notes), **more)
 
 
 def _time(
@@ -294,7 +294,6 @@ def _time(
     if isinstance(later, str):
         return timing.clocks(), later
     hot, host, kernel = later
-    assert timing.notes is not None
     if device.kind == "mps":
         timing.notes.append(MPS_NOTE)
     elif not cuda:
@@ -330,7 +329,6 @@ def _device_clock(
     checksums and the replay check on refilled weights, into ``timing``; the ratio
     to the baseline (None without one, or when the baseline failed here) and the
     first problem found."""
-    assert timing.notes is not None
     notes = timing.notes
 
     def replay_problem(entry: Contender, declared: str | None = None) -> str | None:
@@ -379,7 +377,6 @@ def _later_clocks(
     """The hot clock (one input set), the host clock and, when asked for on CUDA,
     the kernel clock — every call judged, into ``timing`` — then the input
     checksums once more: (hot, host, kernel), or the first problem found."""
-    assert timing.notes is not None
     hot_bench = make_bench(
         bench.spec, [bench.first], calls_per_sample(1, policy) if cuda else 1, within=bench
     )
