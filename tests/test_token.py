@@ -30,13 +30,15 @@ from matprobe.profile.jsonl import scan  # noqa: E402
 from matprobe.profile.models import ModelConfig, decode_specs, get_model  # noqa: E402
 from matprobe.profile.profiles import load_specs  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
-from matprobe.token.bench import TokenBench, TokenResult, step_call  # noqa: E402
+from matprobe.token.bench import TokenBench, step_call  # noqa: E402
 from matprobe.token.floor import ByteFloor, token_bytes  # noqa: E402
+from matprobe.token.judge import ReplayJudge  # noqa: E402
 from matprobe.token.linear import NoMatmul, torch_linear  # noqa: E402
 from matprobe.token.modes import MODES, parse_modes, select_modes  # noqa: E402
 from matprobe.token.predict import check_predictions, weight_calls  # noqa: E402
 from matprobe.token.profile import record_token, save_profile  # noqa: E402
 from matprobe.token.report import render_text, to_json  # noqa: E402
+from matprobe.token.result import TokenResult  # noqa: E402
 from matprobe.token.step import (  # noqa: E402
     FINAL_PARTS,
     LAYER_PARTS,
@@ -44,8 +46,12 @@ from matprobe.token.step import (  # noqa: E402
     DecodeStep,
     site_specs,
 )
-from matprobe.token.timing import interleaved_rounds, rotation  # noqa: E402
-from matprobe.token.validate import LogitError, baseline_bound, relative_to_baseline  # noqa: E402
+from matprobe.token.timing import WINDOW, interleaved_rounds, rotation  # noqa: E402
+from matprobe.token.validate import (  # noqa: E402
+    LogitError,
+    baseline_bound,
+    relative_to_baseline,
+)
 from matprobe.token.weights import make_weights, small_config  # noqa: E402
 
 Linear = Callable[[MatmulSpec, Any, Any, Any], Any]
@@ -486,6 +492,56 @@ def test_a_step_that_baked_in_its_rope_tables_fails_its_timed_replays(
         assert row.reason.startswith("timed replay ") and "(position " in row.reason
 
 
+def token_bound(b: TokenBench) -> Any:
+    """The bound ``run`` holds the baseline to."""
+    return baseline_bound(b.dtype, b.config.layers, max(s.k or 0 for s in b.specs.values()))
+
+
+def window_of(b: TokenBench, name: str) -> tuple[ReplayJudge, Callable[[], float]]:
+    """The serving clock's window of one mode (on a GPU ``run`` times these)."""
+    mode = MODES[name]
+    judge = ReplayJudge(b, mode)
+    return judge, b._window(mode, b.build(mode), judge)
+
+
+def test_a_back_to_back_window_judges_every_replay_on_its_own_input() -> None:
+    """The serving clock: each replay of a window runs on its own embedding and RoPE
+    position, copied into place before it, and every replay's logits are judged
+    (and the validation's input is put back afterwards)."""
+    b = bench(table=round_once_linear)
+    lm_head = b.specs["lm_head"]
+    seen: list[tuple[tuple[float, ...], tuple[float, ...]]] = []
+
+    def watching(spec: MatmulSpec, x: Any, w: Any, bias: Any) -> Any:
+        if spec == lm_head:
+            seen.append((tuple(x.reshape(-1).tolist()), tuple(b.weights.cos.tolist())))
+        return round_once_linear(spec, x, w, bias)
+
+    b.linears["table"] = watching
+    validation = (b.weights.x0.clone(), b.weights.cos.clone())
+    judge, window = window_of(b, "eager+table")
+    before = len(seen)
+    for _ in range(2):
+        assert math.isfinite(window())
+    timed = seen[before:]
+    assert len(timed) == len(judge.outputs) == 2 * WINDOW
+    assert len({x for x, _ in timed}) == len({cos for _, cos in timed}) == 2 * WINDOW
+    judged, failure = judge.verdict(token_bound(b))
+    assert (judged, failure) == (2 * WINDOW, None)
+    assert torch.equal(b.weights.x0, validation[0]) and torch.equal(b.weights.cos, validation[1])
+
+
+def test_a_mode_that_repeats_its_answer_back_to_back_fails_its_window() -> None:
+    """A kernel that serves a replay from the one before (back to back, nothing in
+    between could tell it the input changed) is caught by the window's judge."""
+    b = bench()
+    b.linears["table"] = HonestWhileValidated(b.specs["lm_head"], honest_tokens=1)
+    judge, window = window_of(b, "eager+table")
+    window()
+    judged, failure = judge.verdict(token_bound(b))
+    assert failure is not None and failure.startswith(f"timed replay {judged} of {WINDOW}")
+
+
 # ---- modes, rounds, shares -----------------------------------------------------
 
 
@@ -836,6 +892,10 @@ def test_every_mode_on_the_gpu_as_one_graph_each() -> None:
     for row in result.modes:
         assert row.status in ("PASS", "UNCHECKED"), (row.mode.name, row.reason)
         assert row.timed and row.kernels is not None and row.kernels.kernels > 0
+        # two clocks: back to back (the headline) and one replay after a sync
+        assert len(row.samples_us) == len(row.latency_samples_us) == 5
+        if row.mode.validated:  # every timed replay judged: latency (+ warm-up), windows
+            assert row.judged == 5 + 1 + 5 * WINDOW, (row.mode.name, row.judged)
         assert result.floor.percent(row.median_us) is not None
     eager, compiled = result.baseline, result.get("compile")
     assert compiled is not None and compiled.kernels is not None and eager.kernels is not None

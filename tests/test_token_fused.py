@@ -17,9 +17,10 @@ torch = pytest.importorskip("torch", reason="the token needs torch (the CPU buil
 from conftest import interpreting  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
 from matprobe.profile.models import ModelConfig  # noqa: E402
-from matprobe.token.bench import TokenBench, TokenResult  # noqa: E402
+from matprobe.token.bench import TokenBench  # noqa: E402
 from matprobe.token.modes import mode_named, parse_modes, select_modes  # noqa: E402
 from matprobe.token.report import render_text  # noqa: E402
+from matprobe.token.result import TokenResult  # noqa: E402
 from matprobe.token.step import RMS_EPS, DecodeStep, site_specs  # noqa: E402
 from matprobe.token.weights import Q8Matrix, make_weights, small_config  # noqa: E402
 
@@ -203,8 +204,8 @@ def test_a_matmul_share_whose_interval_holds_zero_is_noise_not_a_figure(
     shares: list[float], noise: bool
 ) -> None:
     """``token`` printed ``-19657.3 µs, -56.946×`` as a matmul share."""
-    from matprobe.token.bench import ModeResult
     from matprobe.token.modes import mode_named
+    from matprobe.token.result import ModeResult
 
     eager, table = mode_named("eager"), mode_named("eager+table")
     assert eager is not None and table is not None

@@ -22,9 +22,10 @@ from matprobe.safetext import term_safe
 
 if TYPE_CHECKING:
     from matprobe.profile.models import ModelConfig
-    from matprobe.token.bench import TokenBench, TokenResult
+    from matprobe.token.bench import TokenBench
     from matprobe.token.linear import LinearFn
     from matprobe.token.modes import Mode
+    from matprobe.token.result import TokenResult
 
 EXIT_FAILED = 1
 

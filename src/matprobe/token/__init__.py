@@ -22,9 +22,10 @@ Importing this package imports torch.
 
 from __future__ import annotations
 
-from matprobe.token.bench import ModeResult, TokenBench, TokenResult
+from matprobe.token.bench import TokenBench
 from matprobe.token.linear import LinearFn, NoMatmul, torch_linear
 from matprobe.token.modes import MODES, Mode, parse_modes, select_modes
+from matprobe.token.result import ModeResult, TokenResult
 from matprobe.token.step import DecodeStep, site_specs
 from matprobe.token.weights import TokenWeights, make_weights, small_config
 

@@ -14,25 +14,25 @@ from __future__ import annotations
 import itertools
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
-import numpy as np
 import torch
 
 from matprobe.errors import MatprobeError
 from matprobe.profile.models import ModelConfig
 from matprobe.token.floor import ByteFloor
-from matprobe.token.judge import ReplayJudge, keeping
+from matprobe.token.judge import InputDraws, ReplayJudge, keeping, step_inputs
 
 if TYPE_CHECKING:
     from matprobe.token.fused import DecodeKernels
 from matprobe.token.linear import LinearFn, NoMatmul, torch_linear
 from matprobe.token.modes import BASELINE, PEER_DTYPE, Mode, ModeSelection
+from matprobe.token.result import ModeResult, TokenResult
 from matprobe.token.step import DecodeStep, FusedOps, site_specs
 from matprobe.token.timing import (
-    KernelCount,
+    WINDOW,
     TokenCall,
+    back_to_back_us,
     count_kernels,
     cuda_time_us,
     host_time_us,
@@ -47,7 +47,7 @@ from matprobe.token.validate import (
     relative_to_baseline,
     worst,
 )
-from matprobe.token.weights import embeddings, make_weights, place
+from matprobe.token.weights import embeddings, make_weights, place, position_tables
 
 #: ``compiler(step, mode)``: the step compiled in a torch.compile mode.
 Compiler = Callable[[TokenCall, str], TokenCall]
@@ -96,109 +96,6 @@ def _own_code(token: Callable[[], torch.Tensor]) -> TokenCall:
         TokenCall,
         types.FunctionType(fresh, token.__globals__, fresh.co_name, None, token.__closure__),
     )
-
-
-@dataclass
-class ModeResult:
-    """One mode's row: its validation and its samples (µs, one a round)."""
-
-    mode: Mode
-    status: str  # PASS, FAIL, ERROR, or UNCHECKED (matmuls left out: nothing to check)
-    reason: str = ""
-    error: LogitError | None = None
-    kernels: KernelCount | None = None
-    samples_us: list[float] = field(default_factory=list)
-    #: per round: this mode's time minus its matmul-less twin's in the same round
-    share_samples_us: list[float] = field(default_factory=list)
-    #: timed replays whose logits were judged against float64 (each on a fresh input)
-    judged: int = 0
-
-    @property
-    def timed(self) -> bool:
-        return bool(self.samples_us)
-
-    def percentile(self, pct: float) -> float | None:
-        if not self.samples_us:
-            return None
-        return float(np.percentile(np.asarray(self.samples_us), pct))
-
-    @property
-    def median_us(self) -> float | None:
-        return self.percentile(50)
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        median = self.median_us
-        return 1e6 / median if median else None
-
-    @property
-    def share_us(self) -> float | None:
-        """The matmul share: the median paired difference to the twin."""
-        if not self.share_samples_us:
-            return None
-        return float(np.median(np.asarray(self.share_samples_us)))
-
-    @property
-    def share_is_noise(self) -> bool:
-        """A share whose 95 % interval holds 0 or lies below it is noise, not a figure
-        (a token whose matmuls cost less than its rounds' spread: ``-19657.3 µs`` was
-        printed as one)."""
-        samples = self.share_samples_us
-        if not samples:
-            return False
-        if len(samples) < 6:  # too few for an interval: the sign of the median decides
-            return float(np.median(np.asarray(samples))) <= 0
-        from matprobe.stats import median_ci
-
-        return median_ci(samples)[1] <= 0
-
-
-@dataclass
-class TokenResult:
-    config: ModelConfig
-    context: int
-    dtype: str
-    device_kind: str
-    device_name: str
-    versions: dict[str, str]
-    rounds: int
-    trials: int
-    clock: str
-    modes: list[ModeResult]
-    skipped: list[tuple[str, str]]
-    notes: list[str]
-    baseline_bound: Tolerance
-    tolerance: Tolerance | None
-    floor: ByteFloor
-
-    def get(self, name: str) -> ModeResult | None:
-        return next((r for r in self.modes if r.mode.name == name), None)
-
-    @property
-    def baseline(self) -> ModeResult:
-        found = self.get(BASELINE)
-        if found is None:
-            raise MatprobeError("the baseline did not run")
-        return found
-
-    def share_ratio(self, name: str, base_name: str = BASELINE) -> float | None:
-        """A mode's matmul share over the eager baseline's (or ``base_name``'s)."""
-        mine, base = self.get(name), self.get(base_name)
-        if mine is None or base is None or mine.share_us is None or not base.share_us:
-            return None
-        if mine.share_is_noise or base.share_is_noise:
-            return None
-        return mine.share_us / base.share_us
-
-    def time_ratio(self, name: str, other: str) -> tuple[float, float, float] | None:
-        """(median, p10, p90) of the per-round ratios of ``name``'s token time to
-        ``other``'s (both timed in the same rounds), or None."""
-        mine, theirs = self.get(name), self.get(other)
-        if mine is None or theirs is None or not mine.timed or not theirs.timed:
-            return None
-        ratios = np.asarray(mine.samples_us) / np.asarray(theirs.samples_us)
-        p10, p50, p90 = np.percentile(ratios, [10, 50, 90])
-        return float(p50), float(p10), float(p90)
 
 
 def device_description(kind: str) -> tuple[str, dict[str, str]]:
@@ -295,6 +192,10 @@ class TokenBench:
     def place(self, position: int) -> None:
         """The step's RoPE tables for ``position`` (``context - 1`` puts them back)."""
         place(self.weights, self.config.head_dim, position, self.step.dtype)
+
+    def tables(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The RoPE tables :meth:`place` writes for ``position``, as new tensors."""
+        return position_tables(self.weights, self.config.head_dim, position, self.step.dtype)
 
     def _validate(self, call: TokenCall) -> LogitError:
         errors = []
@@ -405,7 +306,8 @@ class TokenBench:
             rounds=rounds if calls else 0,
             trials=self.trials,
             clock=(
-                "CUDA events around each graph replay"
+                f"CUDA events; µs/token: {WINDOW} graph replays back to back, each on a "
+                "fresh input (its copies subtracted); after sync: one replay from an idle GPU"
                 if self.device == "cuda"
                 else "host clock around each eager call"
             ),
@@ -441,6 +343,24 @@ class TokenBench:
                 calls[mode.name] = call
         return results, calls, tolerances
 
+    def _window(
+        self, mode: Mode, call: TokenCall, judge: ReplayJudge | None
+    ) -> Callable[[], float]:
+        """One back-to-back window of ``call`` on fresh inputs (:data:`WINDOW`), its
+        logits handed to ``judge`` (a mode that computes nothing has none)."""
+        owner = self.peer() if mode.peer is not None else self
+        draws = judge.draws if judge is not None else InputDraws(owner)
+        inputs = step_inputs(owner)
+
+        def window() -> float:
+            drawn, staged = draws.window(WINDOW)
+            us, kept = back_to_back_us(call, inputs, staged)
+            if judge is not None:
+                judge.keep_window(drawn, kept)
+            return us
+
+        return window
+
     def _timed_rounds(
         self,
         results: list[ModeResult],
@@ -460,13 +380,27 @@ class TokenBench:
             for r in results
             if r.mode.name in calls and r.mode.validated
         }
-        samples = interleaved_rounds(
+        latency = interleaved_rounds(
             {name: keeping(call, judges.get(name)) for name, call in calls.items()},
             rounds,
             clock,
             before=lambda name, index: judges[name].fresh(index) if name in judges else None,
             after=lambda name, index: judges[name].keep(index) if name in judges else None,
         )
+        samples = latency
+        if self.device == "cuda":  # the headline: back to back, as a serving loop runs
+            modes = {r.mode.name: r.mode for r in results}
+            windows = {
+                name: self._window(modes[name], call, judges.get(name))
+                for name, call in calls.items()
+            }
+            samples = interleaved_rounds(
+                windows,
+                rounds,
+                lambda window: window(),
+            )
+            for result in results:
+                result.latency_samples_us = latency.get(result.mode.name, [])
         for result in results:
             judge = judges.get(result.mode.name)
             if judge is None:

@@ -1,9 +1,12 @@
 """Every timed replay of a token mode judged: a fresh input before it (an embedding
-and a RoPE position, written outside the clock), its logits kept after it, and
-all of them compared with float64 after the rounds (:class:`ReplayJudge`)."""
+and a RoPE position: written outside the clock before a latency replay, staged on
+the device and copied into place inside a back-to-back window), its logits kept
+after it, and all of them compared with float64 after the rounds
+(:class:`ReplayJudge`)."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Protocol
 
 import torch
@@ -11,7 +14,7 @@ import torch
 from matprobe.errors import MatprobeError
 from matprobe.profile.models import ModelConfig
 from matprobe.token.modes import Mode
-from matprobe.token.timing import TokenCall
+from matprobe.token.timing import Inputs, Staged, TokenCall
 from matprobe.token.validate import Tolerance, logit_error
 from matprobe.token.weights import MAX_POSITION, embeddings
 
@@ -27,6 +30,8 @@ class JudgedBench(Protocol):
 
     def place(self, position: int) -> None: ...
 
+    def tables(self, position: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+
     def reference(self, x0: torch.Tensor, position: int) -> torch.Tensor: ...
 
 
@@ -38,25 +43,22 @@ class ReplayJudge:
     timed on, and so does a step that baked the validation's RoPE tables in."""
 
     def __init__(self, owner: JudgedBench, mode: Mode) -> None:
-        from matprobe.measure.seeds import fresh_seed
-
         self.owner = owner
         self.mode = mode
-        self.seed = fresh_seed()  # values no earlier draw of this process made
+        self.draws = InputDraws(owner)
         self.inputs: dict[int, tuple[torch.Tensor, int]] = {}
         self.outputs: list[tuple[torch.Tensor, int, torch.Tensor]] = []
         self.last: torch.Tensor | None = None
 
     def fresh(self, index: int) -> None:
-        w = self.owner.weights
-        seed = self.seed + index
-        (x0,) = embeddings(self.owner.config, 1, dtype=self.owner.dtype, device=w.x0.device,
-                           seed=seed)  # fmt: skip
-        draw = torch.Generator().manual_seed(seed)
-        position = int(torch.randint(0, MAX_POSITION, (1,), generator=draw))
-        w.x0.copy_(x0)
+        x0, position = self.draws.next()
+        self.owner.weights.x0.copy_(x0)
         self.owner.place(position)
         self.inputs[index] = (x0, position)
+
+    def keep_window(self, drawn: list[tuple[torch.Tensor, int]], kept: list[torch.Tensor]) -> None:
+        """A back-to-back window's logits, one per input it was given."""
+        self.outputs.extend((x0, at, logits) for (x0, at), logits in zip(drawn, kept, strict=True))
 
     def keep(self, index: int) -> None:
         if self.last is None:
@@ -90,3 +92,35 @@ def keeping(call: TokenCall, judge: ReplayJudge | None) -> TokenCall:
         return judge.last
 
     return kept
+
+
+class InputDraws:
+    """Fresh token inputs for one mode: an embedding and a RoPE position each, from a
+    seed no earlier draw of this process used, never the same twice."""
+
+    def __init__(self, owner: JudgedBench) -> None:
+        from matprobe.measure.seeds import fresh_seed
+
+        self.owner = owner
+        self.seed = fresh_seed()
+        self.count = itertools.count()
+
+    def next(self) -> tuple[torch.Tensor, int]:
+        seed = self.seed + next(self.count)
+        w = self.owner.weights
+        (x0,) = embeddings(self.owner.config, 1, dtype=self.owner.dtype, device=w.x0.device,
+                           seed=seed)  # fmt: skip
+        draw = torch.Generator().manual_seed(seed)
+        return x0, int(torch.randint(0, MAX_POSITION, (1,), generator=draw))
+
+    def window(self, size: int) -> tuple[list[tuple[torch.Tensor, int]], list[Staged]]:
+        """``size`` fresh inputs, and each staged on the device for a window."""
+        drawn = [self.next() for _ in range(size)]
+        staged = [Staged(x0, *self.owner.tables(at)) for x0, at in drawn]
+        return drawn, staged
+
+
+def step_inputs(owner: JudgedBench) -> Inputs:
+    """Where the owner's recorded graphs read their input."""
+    w = owner.weights
+    return Inputs(w.x0, w.cos, w.sin)

@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from matprobe.safetext import term_safe
-from matprobe.token.bench import ModeResult, TokenResult
 from matprobe.token.predict import TOLERANCE, PredictionCheck
+from matprobe.token.result import ModeResult, TokenResult
 
 HEADERS = (
     "mode",
     "µs/token [p10–p90] n",
+    "after sync",
     "tok/s",
     "kernels",
     "matmul µs",
@@ -24,7 +25,7 @@ HEADERS = (
     "% floor",
     "validation",
 )
-RIGHT = {2, 3, 4, 5, 6}
+RIGHT = {2, 3, 4, 5, 6, 7}
 
 
 def _num(value: float | None, fmt: str, suffix: str = "") -> str:
@@ -58,6 +59,7 @@ def _row(token: TokenResult, result: ModeResult) -> list[str]:
     return [
         result.mode.name,
         spread,
+        _num(result.latency_us, ".1f"),
         _num(result.tokens_per_s, ".1f"),
         kernels,
         "noise" if result.share_is_noise else _num(result.share_us, ".1f"),
@@ -238,6 +240,8 @@ def to_json(token: TokenResult, checks: Sequence[PredictionCheck] = ()) -> dict[
                 "peer": r.mode.peer,
                 "floor_percent": token.floor.percent(r.median_us),
                 "samples_us": r.samples_us,
+                "latency_us": r.latency_us,
+                "latency_samples_us": r.latency_samples_us,
                 "share_samples_us": r.share_samples_us,
             }
             for r in token.modes

@@ -200,9 +200,22 @@ def place(weights: TokenWeights, head_dim: int, position: int, dtype: torch.dtyp
     KV slot the step writes stays ``context - 1``: the attention reads every
     position, so which slot holds the new token changes no arithmetic — the angle
     does."""
+    cos, sin = position_tables(weights, head_dim, position, dtype)
+    weights.cos.copy_(cos)
+    weights.sin.copy_(sin)
+
+
+def position_tables(
+    weights: TokenWeights, head_dim: int, position: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The RoPE tables :func:`place` writes for ``position``, as new tensors on the
+    weights' device (a back-to-back window stages them before its replays)."""
     cos, sin = rope_tables(head_dim, position)
-    weights.cos.copy_(cos.to(dtype).to(weights.cos.dtype))
-    weights.sin.copy_(sin.to(dtype).to(weights.sin.dtype))
+    target = weights.cos
+    return (
+        cos.to(dtype).to(device=target.device, dtype=target.dtype),
+        sin.to(dtype).to(device=target.device, dtype=target.dtype),
+    )
 
 
 def embeddings(
