@@ -13,7 +13,7 @@ set -u
 OUT=${OUT:-/tmp/judged}
 mkdir -p "$OUT/runs"
 {
-  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  nvidia-smi --query-gpu=name,uuid,driver_version,clocks.max.sm --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 } > "$OUT/runs/gpu.txt"
 if [ -n "${TESTS:-}" ]; then

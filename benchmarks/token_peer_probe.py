@@ -24,6 +24,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,14 @@ def single_us(replay: Callable[[], Any]) -> float:
     return float(start.elapsed_time(end)) * 1000
 
 
+def single_after_idle_us(replay: Callable[[], Any], idle_s: float = 0.002) -> float:
+    """One replay after a sync and a host pause (the GPU idle for ``idle_s``, as
+    between the token's judged replays, which draw fresh inputs on the host)."""
+    torch.cuda.synchronize()
+    time.sleep(idle_s)
+    return single_us(replay)
+
+
 def kernels(name: str, replay: Callable[[], Any], reps: int = 5) -> dict[str, Any]:
     from torch.profiler import ProfilerActivity, profile
 
@@ -122,11 +131,13 @@ def main() -> None:
     torch.cuda.synchronize()
     b2b: dict[str, list[float]] = {n: [] for n in graphs}
     one: dict[str, list[float]] = {n: [] for n in graphs}
+    idle: dict[str, list[float]] = {n: [] for n in graphs}
     names = list(graphs)
     for index in range(12):
         for name in names[index % len(names) :] + names[: index % len(names)]:
             b2b[name].append(back_to_back_us(graphs[name]))
             one[name].append(single_us(graphs[name]))
+            idle[name].append(single_after_idle_us(graphs[name]))
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "graphs": {}}
     print(result["device"], "torch", torch.__version__, "context", CONTEXT)
     for name, replay in graphs.items():
@@ -134,6 +145,7 @@ def main() -> None:
         row = {
             "back_to_back_us": b2b[name],
             "single_us": one[name],
+            "single_after_idle_us": idle[name],
             **k,
         }
         result["graphs"][name] = row
@@ -141,6 +153,7 @@ def main() -> None:
             f"{name:20s} b2b {statistics.median(b2b[name]):7.1f} µs"
             f" [{min(b2b[name]):.1f}–{max(b2b[name]):.1f}]"
             f"  single {statistics.median(one[name]):7.1f}"
+            f"  after 2 ms idle {statistics.median(idle[name]):7.1f}"
             f"  kernels {k['kernels']:.0f}  kernel time {k['kernel_us']:.1f} µs"
         )
         for line in k["top"][:8]:
