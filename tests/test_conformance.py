@@ -30,7 +30,6 @@ import importlib.util
 import json
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -39,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from conftest import NOT_INTERPRETING, interpreting
+from conftest import NOT_INTERPRETING, interpreting, python_c
 from matprobe.errors import MatprobeError
 from matprobe.kernels.catalogue import shipped_registry
 from matprobe.measure.device import DeviceInfo
@@ -101,10 +100,7 @@ def without_gpu_stack() -> dict[str, Any]:
     """Per family: its variants' reasons in a process where torch and triton cannot be
     imported, or the exception importing or planning it raised there."""
     asks = [(f.build.__module__, f.name, home(f).kind, min(f.ops), min(f.dtypes)) for f in SHIPPED]
-    proc = subprocess.run([sys.executable, "-c", NO_GPU_STACK, json.dumps(asks)],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    found: dict[str, Any] = json.loads(proc.stdout)
+    found: dict[str, Any] = json.loads(python_c(NO_GPU_STACK, json.dumps(asks)))
     return found
 
 
