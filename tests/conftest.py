@@ -15,6 +15,9 @@ import hashlib
 import importlib.util
 import io
 import os
+import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -90,3 +93,25 @@ def run_cli(*argv: str) -> tuple[int, str]:
     except SystemExit as exc:
         code = int(exc.code or 0)
     return code, out.getvalue()
+
+
+def python_c(
+    code: str,
+    *args: str,
+    timeout: float = 120,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> str:
+    """Stdout of ``python -c CODE ARGS`` in a fresh interpreter (what a test process has
+    imported cannot leak in); a non-zero exit fails the test with its stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+        cwd=cwd,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout

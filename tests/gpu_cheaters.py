@@ -40,6 +40,20 @@ from matprobe.spec import MatmulSpec
 
 
 @triton.jit
+def _tile_dot(x_ptr, w_ptr, rows, mask_n, k, k0, BLOCK_K: tl.constexpr):  # noqa: N803
+    """One K tile of x·Wᵀ for ``rows``, from ``k0``: both loaded masked, summed in fp32."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    mask_k = offs_k < k
+    x = tl.load(x_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    w = tl.load(
+        w_ptr + rows[:, None] * k + offs_k[None, :],
+        mask=mask_n[:, None] & mask_k[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    return tl.sum(w * x[None, :], axis=1)
+
+
+@triton.jit
 def _gemv(  # Triton's constexpr parameters are upper case by convention
     x_ptr,
     w_ptr,
@@ -83,15 +97,7 @@ def _gemv(  # Triton's constexpr parameters are upper case by convention
     else:
         half = tl.zeros([BLOCK_N], dtype=out_ptr.dtype.element_ty)
         for k0 in range(0, k, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            mask_k = offs_k < k
-            x = tl.load(x_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            w = tl.load(
-                w_ptr + rows[:, None] * k + offs_k[None, :],
-                mask=mask_n[:, None] & mask_k[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            part = tl.sum(w * x[None, :], axis=1)
+            part = _tile_dot(x_ptr, w_ptr, rows, mask_n, k, k0, BLOCK_K)
             if HALF_SUM:
                 half = (half.to(tl.float32) + part).to(out_ptr.dtype.element_ty)
             else:
@@ -211,15 +217,7 @@ def _memo_gemv(
     else:
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for k0 in range(0, k, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            mask_k = offs_k < k
-            x = tl.load(x_ptr + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            w = tl.load(
-                w_ptr + rows[:, None] * k + offs_k[None, :],
-                mask=mask_n[:, None] & mask_k[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            acc += tl.sum(w * x[None, :], axis=1)
+            acc += _tile_dot(x_ptr, w_ptr, rows, mask_n, k, k0, BLOCK_K)
         tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
         tl.store(answer_ptr + rows, acc.to(out_ptr.dtype.element_ty).to(tl.float32), mask=mask_n)
         # (blocks race on this: a real memoiser would be no better behaved)

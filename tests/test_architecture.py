@@ -18,11 +18,11 @@
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import python_c
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "matprobe"
@@ -290,10 +290,7 @@ def test_importing_the_harness_loads_no_family_module() -> None:
             "assert not loaded, loaded",
         ]
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
+    python_c(code)
 
 
 def test_the_catalogue_imports_without_torch_triton_or_mlx() -> None:
@@ -308,17 +305,14 @@ def test_the_catalogue_imports_without_torch_triton_or_mlx() -> None:
             "print(' '.join(SHIPPED_MODULES))",
         ]
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
+    printed = python_c(code)
     shipped = {
         _module_name(p).removeprefix("matprobe.kernels.")
         for p in (PACKAGE / "kernels").glob("*/*.py")
         if not p.stem.startswith("_")
     }
     assert {"triton.gemv", "peers.torch_ref"} <= shipped
-    assert set(proc.stdout.split()) == shipped  # every family module is in the catalogue
+    assert set(printed.split()) == shipped  # every family module is in the catalogue
 
 
 KERNEL_MODULES = sorted(

@@ -11,7 +11,6 @@ on stderr, with nothing from the config reaching the terminal unescaped.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 from collections.abc import Callable
@@ -29,6 +28,7 @@ import torch.nn.functional as F  # noqa: N812 - PyTorch's own convention
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import matprobe.cli
+from conftest import run_cli
 from matprobe.cli.capture import register
 from matprobe.errors import MatprobeError
 from matprobe.profile.capture import (
@@ -120,16 +120,7 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., tuple[int, str]]:
         return parser
 
     monkeypatch.setattr(matprobe.cli, "build_parser", build_with_capture)
-
-    def run(*argv: str) -> tuple[int, str]:
-        out = io.StringIO()
-        try:
-            code = matprobe.cli.main(list(argv), out=out)
-        except SystemExit as exc:  # argparse's usage errors
-            code = int(exc.code or 0)
-        return code, out.getvalue()
-
-    return run
+    return run_cli
 
 
 # ---- the capture is decode_specs, unfused ------------------------------------------

@@ -4,7 +4,6 @@ compute never reach the harness."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the run command needs torch (CPU build is enough)")
 
-from matprobe.cli import main
+from conftest import run_cli as run
 from matprobe.run.store import ResultStore
 
 SMALL = (
@@ -29,18 +28,17 @@ def profile(tmp_path: Path, n: int = 53, k: int = 40) -> str:
     return str(path)
 
 
-def run_cpu(tmp_path: Path, *argv: str) -> tuple[int, str]:
-    """``matprobe run`` on the small profile, f32, on the CPU, with ``argv`` after."""
-    return run("run", profile(tmp_path), "--dtype", "f32", "--device", "cpu", *argv)
-
-
-def run(*argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    try:
-        code = main(list(argv), out=out)
-    except SystemExit as exc:  # argparse's usage errors
-        code = int(exc.code or 0)
-    return code, out.getvalue()
+def run_cpu(
+    tmp_path: Path, *argv: str, dtype: str | None = "f32", shape: tuple[int, int] = (53, 40)
+) -> tuple[int, str]:
+    """``matprobe run`` on the small profile (``shape``: its n and k) in ``dtype`` (None:
+    the run's default) on the CPU, with ``argv`` after and the store ``r.sqlite`` in
+    ``tmp_path``."""
+    dtype_args = ("--dtype", dtype) if dtype is not None else ()
+    store = str(tmp_path / "r.sqlite")
+    return run(
+        "run", profile(tmp_path, *shape), *dtype_args, "--device", "cpu", *argv, "--db", store
+    )
 
 
 def test_a_profile_after_variants_is_not_taken_as_a_glob(
@@ -64,17 +62,7 @@ def test_a_profile_after_variants_is_not_taken_as_a_glob(
 def test_a_glob_that_matches_nothing_is_an_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _ = run(
-        "run",
-        profile(tmp_path),
-        "--device",
-        "cpu",
-        "--variants",
-        "torch.*",
-        "nosuch.*",
-        "--db",
-        str(tmp_path / "r.sqlite"),
-    )
+    code, _ = run_cpu(tmp_path, "--variants", "torch.*", "nosuch.*", dtype=None)
     assert code == 2 and "'nosuch.*' matches no variant" in capsys.readouterr().err
 
 
@@ -82,15 +70,7 @@ def test_a_glob_that_matches_nothing_is_an_error(
 def test_data_to_stdout_is_the_data_alone(
     tmp_path: Path, form: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, stdout = run_cpu(
-        tmp_path,
-        "--variants",
-        "torch.matmul",
-        f"--{form}",
-        "-",
-        "--db",
-        str(tmp_path / "r.sqlite"),
-    )
+    code, stdout = run_cpu(tmp_path, "--variants", "torch.matmul", f"--{form}", "-")
     assert code == 0
     if form == "json":
         assert json.loads(stdout)["specs"]
@@ -102,18 +82,7 @@ def test_data_to_stdout_is_the_data_alone(
 def test_only_one_export_may_take_stdout(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _ = run(
-        "run",
-        profile(tmp_path),
-        "--device",
-        "cpu",
-        "--json",
-        "-",
-        "--csv",
-        "-",
-        "--db",
-        str(tmp_path / "r.sqlite"),
-    )
+    code, _ = run_cpu(tmp_path, "--json", "-", "--csv", "-", dtype=None)
     assert code == 2 and "only one of --json and --csv" in capsys.readouterr().err
 
 
@@ -123,18 +92,7 @@ def test_an_unwritable_out_fails_before_anything_runs(
     blocker = tmp_path / "report"
     blocker.write_text("a file, not a folder")
     db = tmp_path / "r.sqlite"
-    code, _ = run(
-        "run",
-        profile(tmp_path),
-        "--device",
-        "cpu",
-        "--variants",
-        "torch.matmul",
-        "--out",
-        str(blocker),
-        "--db",
-        str(db),
-    )
+    code, _ = run_cpu(tmp_path, "--variants", "torch.matmul", "--out", str(blocker), dtype=None)
     assert code == 2 and "it is a file" in capsys.readouterr().err
     if db.exists():
         with ResultStore(db) as store:
@@ -143,19 +101,7 @@ def test_an_unwritable_out_fails_before_anything_runs(
 
 @pytest.mark.parametrize(("n", "k"), [(0, 40), (53, 0)])
 def test_a_zero_dimension_is_refused_with_a_reason(tmp_path: Path, n: int, k: int) -> None:
-    code, text = run(
-        "run",
-        profile(tmp_path, n, k),
-        "--dtype",
-        "f32",
-        "--device",
-        "cpu",
-        "--variants",
-        "torch.matmul",
-        "numpy.matmul",
-        "--db",
-        str(tmp_path / "r.sqlite"),
-    )
+    code, text = run_cpu(tmp_path, "--variants", "torch.matmul", "numpy.matmul", shape=(n, k))
     assert code == 1  # nothing ran: exit status 1, with the reason in the report
     assert "zero dimension" in text and "ERROR" not in text and "FAIL" not in text
 
@@ -186,15 +132,7 @@ def _manifest(tmp_path: Path, baseline: str) -> str:
 
 
 def test_all_good_is_zero(tmp_path: Path) -> None:
-    code, _ = run_cpu(
-        tmp_path,
-        "--variants",
-        "torch.matmul",
-        "numpy.matmul",
-        "--db",
-        str(tmp_path / "r.sqlite"),
-        "--strict",
-    )
+    code, _ = run_cpu(tmp_path, "--variants", "torch.matmul", "numpy.matmul", "--strict")
     assert code == 0
 
 
@@ -223,14 +161,7 @@ def test_a_failing_baseline_is_one(
     manifest = tmp_path / "manifest.toml"
     manifest.write_text('plugins = ["badbase"]\n\n[baseline]\nmatmul = "bad.zeros"\n')
     code, _ = run_cpu(
-        tmp_path,
-        "--variants",
-        "bad.zeros",
-        "torch.matmul",
-        "--manifest",
-        str(manifest),
-        "--db",
-        str(tmp_path / "r.sqlite"),
+        tmp_path, "--variants", "bad.zeros", "torch.matmul", "--manifest", str(manifest)
     )
     assert code == 1
     assert "bad.zeros/default FAIL" in capsys.readouterr().err
@@ -284,35 +215,13 @@ def test_strict_fails_on_any_failure_and_nothing_passing_is_one(
 
 def test_dry_run_shows_the_plan_and_runs_nothing(tmp_path: Path) -> None:
     db = tmp_path / "r.sqlite"
-    code, out = run_cpu(
-        tmp_path,
-        "--variants",
-        "torch.matmul",
-        "numpy.matmul",
-        "--dry-run",
-        "--db",
-        str(db),
-    )
+    code, out = run_cpu(tmp_path, "--variants", "torch.matmul", "numpy.matmul", "--dry-run")
     assert code == 0
     assert "2 to run" in out and "torch.matmul/default" in out and "numpy.matmul/default" in out
     assert not db.exists()  # a dry run creates nothing
-    code, _ = run_cpu(
-        tmp_path,
-        "--variants",
-        "torch.matmul",
-        "--db",
-        str(db),
-    )
+    code, _ = run_cpu(tmp_path, "--variants", "torch.matmul")
     assert code == 0
-    code, out = run_cpu(
-        tmp_path,
-        "--variants",
-        "torch.matmul",
-        "numpy.matmul",
-        "--dry-run",
-        "--db",
-        str(db),
-    )
+    code, out = run_cpu(tmp_path, "--variants", "torch.matmul", "numpy.matmul", "--dry-run")
     assert "1 to run" in out and "1 cached" in out and "cached      torch.matmul" in out
     with ResultStore(db) as store:
         assert len(store.runs()) == 1  # the dry runs recorded no run
@@ -332,15 +241,7 @@ def test_naming_a_family_keeps_one_interpreted_point_on_the_cpu(
     pytest.importorskip("triton", reason="needs triton for the family's support check")
     from matprobe.kernels.catalogue import shipped_registry
 
-    code, out = run_cpu(
-        tmp_path,
-        "--variants",
-        pattern,
-        *extra,
-        "--dry-run",
-        "--db",
-        str(tmp_path / "r.db"),
-    )
+    code, out = run_cpu(tmp_path, "--variants", pattern, *extra, "--dry-run")
     assert code == 0
     planned = [line for line in out.splitlines() if "triton.gemv_nt/" in line]
     everything = len(shipped_registry().family("triton.gemv_nt").variants())
@@ -372,7 +273,7 @@ def test_an_unwritable_export_path_fails_before_anything_runs(
         target = locked / "missing" / "out.json"
         needle = "is not writable"
     db = tmp_path / "r.sqlite"
-    code, _ = run_cpu(tmp_path, "--variants", "torch.matmul", flag, str(target), "--db", str(db))
+    code, _ = run_cpu(tmp_path, "--variants", "torch.matmul", flag, str(target))
     err = capsys.readouterr().err
     assert code == 2 and needle in err, err
     if db.exists():

@@ -222,27 +222,6 @@ def test_a_pair_that_stopped_passing_is_listed_with_its_reason(tmp_path: Path) -
     assert "2 only in B" in text  # the GEMV spec's FAIL and ERROR rows, new in run 2
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["compare", "1", "9"], "has no run 9 (runs 1–1)"),
-        (["compare", "1", "nosuch.sqlite"], "'nosuch.sqlite' is not a run"),
-        (["compare", "1", "nosuch.sqlite:2"], "nosuch.sqlite does not exist"),
-        (["compare", "1", "1", "--noise", "200"], "must be between 0 and 100"),
-        (["compare", "1"], "the following arguments are required: B"),
-    ],
-)
-def test_bad_input_is_one_line_and_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
-) -> None:
-    db = tmp_path / "r.sqlite"
-    store_run(db)
-    code, _ = matprobe(*argv, "--store", str(db))
-    err = capsys.readouterr().err
-    assert code == 2
-    assert message in err and len(err.strip().splitlines()) == 1
-
-
 def test_a_file_that_is_not_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = tmp_path / "notes.txt"
     text.write_text("not a database\n")

@@ -30,7 +30,6 @@ import importlib.util
 import json
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -39,11 +38,12 @@ from typing import Any
 
 import pytest
 
-from conftest import NOT_INTERPRETING, interpreting
+from conftest import NOT_INTERPRETING, interpreting, python_c
 from matprobe.errors import MatprobeError
 from matprobe.kernels.catalogue import shipped_registry
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.fingerprint import module_closure
+from matprobe.measure.inputs import MatmulInputs
 from matprobe.measure.pair import GuardBreachError, validate_pair
 from matprobe.measure.variants import KernelFn, Variant, VariantFamily, variant_family
 from matprobe.spec import DTYPES, OP_KINDS, MatmulSpec
@@ -101,10 +101,7 @@ def without_gpu_stack() -> dict[str, Any]:
     """Per family: its variants' reasons in a process where torch and triton cannot be
     imported, or the exception importing or planning it raised there."""
     asks = [(f.build.__module__, f.name, home(f).kind, min(f.ops), min(f.dtypes)) for f in SHIPPED]
-    proc = subprocess.run([sys.executable, "-c", NO_GPU_STACK, json.dumps(asks)],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    found: dict[str, Any] = json.loads(proc.stdout)
+    found: dict[str, Any] = json.loads(python_c(NO_GPU_STACK, json.dumps(asks)))
     return found
 
 
@@ -491,37 +488,30 @@ def test_build_refuses_a_gpu_while_interpreting(family: VariantFamily) -> None:
 def test_kernel_names_a_wrong_operand(family: VariantFamily) -> None:
     """Built for f16 α·A·B + β·C₀ + bias (and for plain α·A·B), the kernel raises
     ValueError naming the operand that does not match, before it launches."""
-    torch = pytest.importorskip("torch")
-    from matprobe.measure.inputs import make_inputs
-    from matprobe.measure.outputs import empty_output
-
+    pytest.importorskip("torch")
     if "matmul_alpha_beta" not in family.ops:
         return names_a_wrong_operand_without_epilogue(family)
     picked = pick(family, "matmul_alpha_beta", main_dtype(family), CASES[0], CPU)
     assert not isinstance(picked, str), picked
     spec, variant = replace(picked[0], bias=True), picked[1]
     assert variant.unsupported_reason(spec, CPU) is None
-    run = variant.build(spec, CPU)
-    inputs, out = make_inputs(spec, seed=0), empty_output(spec, "cpu")
-    wider = torch.empty(*out.shape[:-1], out.shape[-1] + 1, dtype=out.dtype)
-    wrong = [  # (what the kernel must say, inputs, out)
-        (r"out is torch\.float32, expected torch\.float16", inputs, out.float()),
-        (r"out has shape", inputs, wider),
-        (r"C0 is missing", replace(inputs, c0=None), out),
-        (r"bias is missing", replace(inputs, bias=None), out),
-        (r"A \(as .*\) has shape", replace(inputs, a=inputs.a[:, :, :-1]), out),
-        (r"B.* has shape|W.* has shape", replace(inputs, b=inputs.b[:, :, :-1]), out),
-        (r"tb=|has shape", replace(inputs, tb=not inputs.tb), out),  # B in the other layout
-    ]
-    for needle, given, into in wrong:
-        with pytest.raises(ValueError, match=needle):
-            run(given, into)
+    run, inputs, out = built_on_cpu(variant, spec)
+    assert_each_named(
+        run,
+        [
+            *wrong_outputs(inputs, out),
+            (r"C0 is missing", replace(inputs, c0=None), out),
+            (r"bias is missing", replace(inputs, bias=None), out),
+            (r"A \(as .*\) has shape", replace(inputs, a=inputs.a[:, :, :-1]), out),
+            (r"B.* has shape|W.* has shape", replace(inputs, b=inputs.b[:, :, :-1]), out),
+            (r"tb=|has shape", replace(inputs, tb=not inputs.tb), out),  # B in the other layout
+        ],
+    )
     plain = replace(spec, op="matmul", alpha=None, beta=None, bias=None)
-    run = variant.build(plain, CPU)
-    with pytest.raises(ValueError, match="carry C0"):
-        run(inputs, out)
-    with pytest.raises(ValueError, match="carry a bias"):
-        run(replace(inputs, c0=None), out)
+    assert_each_named(
+        variant.build(plain, CPU),
+        [("carry C0", inputs, out), ("carry a bias", replace(inputs, c0=None), out)],
+    )
 
 
 def names_a_wrong_operand_without_epilogue(family: VariantFamily) -> None:
@@ -529,24 +519,49 @@ def names_a_wrong_operand_without_epilogue(family: VariantFamily) -> None:
     (matmul_swiglu): A, W, out and the layout are named, and inputs that carry a C₀
     or a bias (another op's) are refused."""
     torch = pytest.importorskip("torch")
-    from matprobe.measure.inputs import make_inputs
-    from matprobe.measure.outputs import empty_output
-
     picked = pick(family, min(family.ops), main_dtype(family), CASES[0], CPU)
     assert not isinstance(picked, str), picked
     spec, variant = picked
-    run = variant.build(spec, CPU)
-    inputs, out = make_inputs(spec, seed=0), empty_output(spec, "cpu")
+    run, inputs, out = built_on_cpu(variant, spec)
+    bias = torch.zeros(out.shape[-1], dtype=out.dtype)
+    assert_each_named(
+        run,
+        [
+            *wrong_outputs(inputs, out),
+            (r"A \(as .*\) has shape", replace(inputs, a=inputs.a[:, :, :-1]), out),
+            (r"W.* has shape", replace(inputs, b=inputs.b[:, :-2, :]), out),
+            (r"tb=|has shape", replace(inputs, tb=not inputs.tb), out),
+            (r"carry C0", replace(inputs, c0=torch.zeros_like(out)), out),
+            (r"carry a bias", replace(inputs, bias=bias), out),
+        ],
+    )
+
+
+#: A call a kernel must refuse: what it must say, the inputs and the output given.
+WrongCall = tuple[str, MatmulInputs, Any]
+
+
+def built_on_cpu(variant: Variant, spec: MatmulSpec) -> tuple[KernelFn, MatmulInputs, Any]:
+    """``variant`` built for ``spec`` on the CPU, its inputs of seed 0 and an output."""
+    from matprobe.measure.inputs import make_inputs
+    from matprobe.measure.outputs import empty_output
+
+    return variant.build(spec, CPU), make_inputs(spec, seed=0), empty_output(spec, "cpu")
+
+
+def wrong_outputs(inputs: MatmulInputs, out: Any) -> list[WrongCall]:
+    """The wrong outputs every kernel must name: f32 for f16, one column wider."""
+    import torch
+
     wider = torch.empty(*out.shape[:-1], out.shape[-1] + 1, dtype=out.dtype)
-    wrong = [  # (what the kernel must say, inputs, out)
+    return [
         (r"out is torch\.float32, expected torch\.float16", inputs, out.float()),
         (r"out has shape", inputs, wider),
-        (r"A \(as .*\) has shape", replace(inputs, a=inputs.a[:, :, :-1]), out),
-        (r"W.* has shape", replace(inputs, b=inputs.b[:, :-2, :]), out),
-        (r"tb=|has shape", replace(inputs, tb=not inputs.tb), out),
-        (r"carry C0", replace(inputs, c0=torch.zeros_like(out)), out),
-        (r"carry a bias", replace(inputs, bias=torch.zeros(out.shape[-1], dtype=out.dtype)), out),
     ]
+
+
+def assert_each_named(run: KernelFn, wrong: list[WrongCall]) -> None:
+    """Each call raises ValueError saying what is wrong (before the kernel launches)."""
     for needle, given, into in wrong:
         with pytest.raises(ValueError, match=needle):
             run(given, into)

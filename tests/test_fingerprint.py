@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from conftest import python_c
 from matprobe.measure import fingerprint
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.fingerprint import (
@@ -168,17 +168,7 @@ def test_family_fingerprint_does_not_depend_on_the_checkout_path(
 
 def _fingerprints_in_subprocess(code: str, seed: str) -> str:
     env = {**os.environ, "PYTHONHASHSEED": seed}
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-        cwd=Path(__file__).parent,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    return python_c(code, env=env, cwd=Path(__file__).parent)
 
 
 def test_fingerprints_are_the_same_in_every_process() -> None:

@@ -410,35 +410,29 @@ def test_crashes_hangs_and_errors_cost_only_their_rows(tmp_path: Path) -> None:
     flaky = [variant("fake.flaky", mode=m) for m in ("ok", "segv", "ok", "hang", "exit")]
     flaky[2] = Variant(flaky[0].family, (("mode", "ok"),))
     broken = [variant("fake.broken", fault=f) for f in ("compile", "oom", "raise")]
-    tasks = [Task(i, spec, v) for i, v in enumerate(flaky)]
-    results: dict[int, Any] = {}
-    run_tasks(
-        tasks,
-        factory=FACTORY,
-        device=CPU,
-        policy=FAST,
-        run_id=None,
-        timeout_s=5,
-        on_start=lambda t: None,
-        on_result=lambda t, r: results.__setitem__(t.index, r),
-    )
+
+    def in_workers(variants: list[Variant], timeout_s: float) -> dict[int, Any]:
+        """Each variant's result on ``spec`` from worker processes, by its index."""
+        results: dict[int, Any] = {}
+        run_tasks(
+            [Task(i, spec, v) for i, v in enumerate(variants)],
+            factory=FACTORY,
+            device=CPU,
+            policy=FAST,
+            run_id=None,
+            timeout_s=timeout_s,
+            on_start=lambda t: None,
+            on_result=lambda t, r: results.__setitem__(t.index, r),
+        )
+        return results
+
+    results = in_workers(flaky, timeout_s=5)
     assert results[0].status is Status.PASS
     assert results[1].status is Status.ERROR and results[1].error_kind is ErrorKind.CRASH
     assert results[2].status is Status.PASS  # a fresh worker carried on
     assert results[3].error_kind is ErrorKind.TIMEOUT
     assert results[4].error_kind is ErrorKind.CRASH and "exit code 3" in results[4].reason
-    tasks = [Task(i, spec, v) for i, v in enumerate(broken)]
-    results.clear()
-    run_tasks(
-        tasks,
-        factory=FACTORY,
-        device=CPU,
-        policy=FAST,
-        run_id=None,
-        timeout_s=30,
-        on_start=lambda t: None,
-        on_result=lambda t, r: results.__setitem__(t.index, r),
-    )
+    results = in_workers(broken, timeout_s=30)
     kinds = [results[i].error_kind for i in range(3)]
     assert kinds == [ErrorKind.COMPILE, ErrorKind.OOM, ErrorKind.EXCEPTION]
     assert "out of bounds" in results[2].reason

@@ -146,11 +146,17 @@ def test_a_store_from_before_run_reports_is_read(tmp_path: Path) -> None:
         (["history", "--spec", "op=matmul | n=5"], "no run in"),
         (["history", "--spec", "not a key"], "not a key=value pair"),
         (["report", "1", "--format", "pdf"], "invalid choice: 'pdf'"),
+        (["compare", "1", "9"], "has no run 9 (runs 1–1)"),
+        (["compare", "1", "nosuch.sqlite"], "'nosuch.sqlite' is not a run"),
+        (["compare", "1", "nosuch.sqlite:2"], "nosuch.sqlite does not exist"),
+        (["compare", "1", "1", "--noise", "200"], "must be between 0 and 100"),
+        (["compare", "1"], "the following arguments are required: B"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
+    """Every command that reads a store (``report``, ``history``, ``compare``)."""
     db = tmp_path / "r.sqlite"
     store_run(db)
     code, _ = matprobe(*argv, "--store", str(db))

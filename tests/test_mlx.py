@@ -12,12 +12,11 @@ from __future__ import annotations
 import importlib.util
 import io
 import math
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
+from conftest import python_c
 from matprobe.errors import MatprobeError
 from matprobe.kernels.peers import mlx_ref, torch_ref
 from matprobe.measure import device as device_mod
@@ -174,12 +173,13 @@ def test_mlx_runs_on_the_cpu_only() -> None:
     assert reason == "runs on cpu, not mps"
 
 
-def test_module_imports_without_mlx() -> None:
-    """Like the Triton families without triton: a missing mlx is a capability reason."""
+def _reason_without(*modules: str) -> str:
+    """The family's reason for an f16 spec on the CPU, in a process where ``modules``
+    cannot be imported."""
+    hidden = "".join(f"sys.modules[{name!r}] = None\n" for name in modules)
     code = (
         "import sys\n"
-        "sys.modules['mlx'] = None\n"
-        "sys.modules['mlx.core'] = None\n"
+        f"{hidden}"
         "from matprobe.measure.device import DeviceInfo\n"
         "from matprobe.measure.variants import Variant\n"
         "from matprobe.spec import MatmulSpec\n"
@@ -188,33 +188,19 @@ def test_module_imports_without_mlx() -> None:
         "v = Variant(mlx_ref.FAMILIES[0])\n"
         "print(v.unsupported_reason(s.with_dtype('f16'), DeviceInfo(kind='cpu', name='x')))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "needs mlx, which is not installed"
+    return python_c(code).strip()
+
+
+def test_module_imports_without_mlx() -> None:
+    """Like the Triton families without triton: a missing mlx is a capability reason."""
+    assert _reason_without("mlx", "mlx.core") == "needs mlx, which is not installed"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlx") is None, reason="mlx is not installed")
 def test_mlx_without_a_backend_is_a_capability_reason() -> None:
     """On Linux the mlx package alone does not load (its backend is mlx-cpu): the
     family says so and how to fix it, instead of failing when it is built."""
-    code = (
-        "import sys\n"
-        "sys.modules['mlx.core'] = None\n"
-        "from matprobe.measure.device import DeviceInfo\n"
-        "from matprobe.measure.variants import Variant\n"
-        "from matprobe.spec import MatmulSpec\n"
-        "from matprobe.kernels.peers import mlx_ref\n"
-        "s = MatmulSpec.parse('op=matmul | batch=1 | m=1 | n=53 | k=40 | tA=0 | tB=1')\n"
-        "v = Variant(mlx_ref.FAMILIES[0])\n"
-        "print(v.unsupported_reason(s.with_dtype('f16'), DeviceInfo(kind='cpu', name='x')))\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
-    reason = proc.stdout.strip()
+    reason = _reason_without("mlx.core")
     assert reason.startswith("mlx is installed but mlx.core does not load"), reason
     assert "pip install 'matprobe[mlx]'" in reason
 

@@ -4,6 +4,7 @@ mistake in a plugin is one line and exit status 2."""
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import re
@@ -16,6 +17,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
+import fake_variants
 from matprobe.cli import main
 from matprobe.kernels.catalogue import shipped_registry
 from matprobe.measure.variants import SHIPPED_FACTORY, registry_with_plugins
@@ -24,29 +26,25 @@ from matprobe.run.store import ResultStore
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
-#: One correct family and one that cheats, in the style of tests/fake_variants.py.
-PLUGIN = '''
+#: One correct family and one that cheats, in the style of tests/fake_variants.py
+#: (whose float64 reference the correct one copies in).
+PLUGIN = (
+    '''
 """A kernel engineer's own families."""
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from matprobe.measure.inputs import MatmulInputs
 from matprobe.measure.variants import variant_family
 
 ALL_OPS = ("matmul", "matmul_bias_add", "matmul_alpha_beta")
 
 
-def exact(inputs):
-    a = inputs.a_mk().to(torch.float64)
-    b = inputs.b_kn().to(torch.float64)
-    result = inputs.alpha * (a @ b)
-    if inputs.c0 is not None:
-        result = result + inputs.beta * inputs.c0.to(torch.float64)
-    if inputs.bias is not None:
-        result = result + inputs.bias.to(torch.float64)
-    return result
-
+'''
+    + inspect.getsource(fake_variants.exact)
+    + '''
 
 @variant_family(name="{prefix}.exact", ops=ALL_OPS, devices=("cpu", "cuda"))
 def mine_exact(spec, params: Mapping[str, Any], device):
@@ -70,6 +68,7 @@ def mine_zeros(spec, params, device):
 
 FAMILIES = (mine_exact, mine_zeros)
 '''
+)
 
 #: One spec of the built-in profile (the fused QKV projection): a quick CPU run.
 ONE_SPEC = ("--device", "cpu", "--op", "matmul_bias_add")

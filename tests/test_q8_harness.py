@@ -6,7 +6,7 @@ per output (issue 21) — while nothing a cheaper kernel does passes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -25,7 +25,12 @@ from matprobe.measure.sampling import recorder_for  # noqa: E402
 from matprobe.measure.seeds import restart  # noqa: E402
 from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.measure.validate import UNIT_ROUNDOFF, compare, spec_tolerance  # noqa: E402
-from matprobe.measure.variants import KernelFn, Variant, variant_family  # noqa: E402
+from matprobe.measure.variants import (  # noqa: E402
+    KernelFn,
+    Variant,
+    VariantFamily,
+    variant_family,
+)
 from matprobe.quant import dequantize_q8_0, quantize_q8_0  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
@@ -76,76 +81,66 @@ def test_dequantize_then_matmul_passes(key: str) -> None:
     assert result.status is Status.PASS, result.reason
 
 
-@variant_family(name="cheat.int8_activations", ops={"matmul", "matmul_bias_add"}, dtypes=("q8_0",))
-def INT8_ACTIVATIONS(  # noqa: N802 - a family is a module constant
-    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
-) -> KernelFn:
+#: How a cheat computes x·Wᵀ from a Q8_0 spec's inputs.
+Product = Callable[[MatmulInputs], Any]
+
+
+def q8_cheat(name: str) -> Callable[[Product], VariantFamily]:
+    """A Q8_0 family (matmul, matmul_bias_add) made of the function it decorates: that
+    computes x·Wᵀ its own cheaper way (in any float dtype); the kernel adds the bias in
+    fp32 and rounds once, into the output. The function's docstring is the family's."""
+
+    def wrap(product: Product) -> VariantFamily:
+        def build(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+            def run(inputs: MatmulInputs, out: Any) -> None:
+                y = product(inputs).float()
+                if inputs.bias is not None:
+                    y = y + inputs.bias.float()
+                out.copy_(y)
+
+            return run
+
+        build.__doc__ = product.__doc__
+        return variant_family(name=name, ops={"matmul", "matmul_bias_add"}, dtypes=("q8_0",))(build)
+
+    return wrap
+
+
+@q8_cheat("cheat.int8_activations")
+def INT8_ACTIVATIONS(inputs: MatmulInputs) -> Any:  # noqa: N802 - a family is a module constant
     """llama.cpp's trick without saying so: x quantized to int8 per 32-block too."""
-
-    def run(inputs: MatmulInputs, out: Any) -> None:
-        xq, xd = quantize_q8_0(inputs.a.float())
-        x = dequantize_q8_0(xq, xd)
-        w = dequantize_q8_0(inputs.b, inputs.scales)
-        y = x @ w.transpose(-1, -2)
-        if inputs.bias is not None:
-            y = y + inputs.bias.float()
-        out.copy_(y)
-
-    return run
+    xq, xd = quantize_q8_0(inputs.a.float())
+    x = dequantize_q8_0(xq, xd)
+    w = dequantize_q8_0(inputs.b, inputs.scales)
+    return x @ w.transpose(-1, -2)
 
 
-@variant_family(name="cheat.no_scales", ops={"matmul", "matmul_bias_add"}, dtypes=("q8_0",))
-def NO_SCALES(  # noqa: N802 - a family is a module constant
-    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
-) -> KernelFn:
+@q8_cheat("cheat.no_scales")
+def NO_SCALES(inputs: MatmulInputs) -> Any:  # noqa: N802 - a family is a module constant
     """Reads the quants with one scale a row (the mean): a third of the bytes of scales saved."""
-
-    def run(inputs: MatmulInputs, out: Any) -> None:
-        d = inputs.scales.float().mean(dim=-1, keepdim=True)
-        y = inputs.a.float() @ (inputs.b.float() * d).transpose(-1, -2)
-        if inputs.bias is not None:
-            y = y + inputs.bias.float()
-        out.copy_(y)
-
-    return run
+    d = inputs.scales.float().mean(dim=-1, keepdim=True)
+    return inputs.a.float() @ (inputs.b.float() * d).transpose(-1, -2)
 
 
-@variant_family(name="cheat.q8_half_sum", ops={"matmul", "matmul_bias_add"}, dtypes=("q8_0",))
-def HALF_RUNNING_SUM(  # noqa: N802 - a family is a module constant
-    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
-) -> KernelFn:
+@q8_cheat("cheat.q8_half_sum")
+def HALF_RUNNING_SUM(inputs: MatmulInputs) -> Any:  # noqa: N802 - a family is a module constant
     """Each 128-wide K tile in fp32, the running sum across tiles kept in fp16: judging
     the weights' rounding against a second reference must not let this through."""
-
-    def run(inputs: MatmulInputs, out: Any) -> None:
-        w = dequantize_q8_0(inputs.b, inputs.scales).transpose(-1, -2)
-        a = inputs.a.float()
-        total = torch.zeros(out.shape, dtype=torch.float16)
-        for k0 in range(0, a.shape[-1], 128):
-            part = a[..., k0 : k0 + 128] @ w[..., k0 : k0 + 128, :]
-            total = (total.float() + part).half()
-        if inputs.bias is not None:
-            total = (total.float() + inputs.bias.float()).half()
-        out.copy_(total)
-
-    return run
+    w = dequantize_q8_0(inputs.b, inputs.scales).transpose(-1, -2)
+    a = inputs.a.float()
+    total = torch.zeros((*a.shape[:-1], w.shape[-1]), dtype=torch.float16)
+    for k0 in range(0, a.shape[-1], 128):
+        part = a[..., k0 : k0 + 128] @ w[..., k0 : k0 + 128, :]
+        total = (total.float() + part).half()
+    return total
 
 
-@variant_family(name="cheat.bf16_scales", ops={"matmul", "matmul_bias_add"}, dtypes=("q8_0",))
-def BF16_SCALES(  # noqa: N802 - a family is a module constant
-    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
-) -> KernelFn:
+@q8_cheat("cheat.bf16_scales")
+def BF16_SCALES(inputs: MatmulInputs) -> Any:  # noqa: N802 - a family is a module constant
     """The scales' precision dropped: read as bf16 (8 significant bits, not fp16's 11),
     the rest honest (fp32 sums, one rounding)."""
-
-    def run(inputs: MatmulInputs, out: Any) -> None:
-        d = inputs.scales.to(torch.bfloat16).float()
-        y = inputs.a.float() @ dequantize_q8_0(inputs.b, d).transpose(-1, -2)
-        if inputs.bias is not None:
-            y = y + inputs.bias.float()
-        out.copy_(y)
-
-    return run
+    d = inputs.scales.to(torch.bfloat16).float()
+    return inputs.a.float() @ dequantize_q8_0(inputs.b, d).transpose(-1, -2)
 
 
 def test_an_fp16_running_sum_fails_against_either_answer() -> None:

@@ -6,40 +6,22 @@ replaced by the identity — that the function handed to Inductor computes the o
 from __future__ import annotations
 
 import itertools
-import subprocess
-import sys
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from conftest import python_c
 from matprobe.kernels.peers import torch_compile
 from matprobe.kernels.peers.torch_compile import CPU_REASON, FAMILIES, TORCH_COMPILE
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.variants import variant_family
-from matprobe.spec import MatmulSpec
+from triton_checks import EPILOGUES, spec_for
 
 CPU = DeviceInfo(kind="cpu", name="test")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0))
 
-EPILOGUES: dict[str, tuple[str, float | None, float | None, bool | None]] = {
-    "plain": ("matmul", None, None, None),
-    "bias": ("matmul_bias_add", None, None, None),
-    "alpha_beta": ("matmul_alpha_beta", 0.125, 0.5, None),
-    "alpha_beta_bias": ("matmul_alpha_beta", 0.125, 0.5, True),
-}
 LAYOUTS = [(False, False), (False, True), (True, False), (True, True)]  # (tA, tB)
-
-
-def spec_for(
-    m: int, n: int, k: int, batch: int, dtype: str, epilogue: str,
-    *, ta: bool = False, tb: bool = True,
-) -> MatmulSpec:  # fmt: skip
-    op, alpha, beta, bias = EPILOGUES[epilogue]
-    return MatmulSpec(
-        op=op, batch=batch, m=m, n=n, k=k, tA=ta, tB=tb,
-        alpha=alpha, beta=beta, bias=bias, dtype=dtype,
-    )  # fmt: skip
 
 
 # ---- no torch needed -----------------------------------------------------------
@@ -59,7 +41,7 @@ def test_family_flags() -> None:
 
 
 def test_supports_reasons() -> None:
-    ok = spec_for(1, 896, 896, 1, "f16", "plain")
+    ok = spec_for(896, 896, 1, "f16", "plain")
     assert TORCH_COMPILE.supports(ok, {}, GPU) is None
     assert TORCH_COMPILE.supports(ok, {}, CPU) == CPU_REASON
     assert "C++ compiler" in CPU_REASON
@@ -96,11 +78,7 @@ def test_module_imports_without_torch() -> None:
         "print(v.unsupported_reason(s, DeviceInfo(kind='cuda', name='x')))\n"
         "print(v.unsupported_reason(s, DeviceInfo(kind='cpu', name='x')))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("\n")[:2] == [
+    assert python_c(code, timeout=60).split("\n")[:2] == [
         "needs torch, which is not installed",
         "runs on cuda, not cpu",
     ]
@@ -146,7 +124,7 @@ def test_compiled_function_matches_reference(
 
     ta, tb = layout
     for m, n, k, batch in ((1, 37, 64, 3), (33, 17, 70, 1)):
-        spec = spec_for(m, n, k, batch, dtype, epilogue, ta=ta, tb=tb)
+        spec = spec_for(n, k, batch, dtype, epilogue, m=m, ta=ta, tb=tb)
         assert TORCH_COMPILE.variants()[0].unsupported_reason(spec, GPU) is None
         run = TORCH_COMPILE.build(spec, {}, GPU)  # builds nothing on the device
         inputs = make_inputs(spec, seed=11)
@@ -168,7 +146,7 @@ def test_each_build_compiles_its_own_code_object(
 ) -> None:
     # Dynamo caches per code object: one per build keeps every build under the
     # recompile limit instead of sharing (and exhausting) one cache.
-    spec = spec_for(1, 37, 64, 3, "f32", "plain")
+    spec = spec_for(37, 64, 3, "f32", "plain")
     TORCH_COMPILE.build(spec, {}, GPU)
     TORCH_COMPILE.build(replace(spec, n=38), {}, GPU)
     (first, _), (second, _) = identity_compile
@@ -184,7 +162,7 @@ def test_run_rejects_inputs_that_do_not_match_the_spec(
     from matprobe.measure.inputs import make_inputs
     from matprobe.measure.outputs import empty_output
 
-    spec = spec_for(4, 5, 7, 1, "f32", "bias", ta=False, tb=True)
+    spec = spec_for(5, 7, 1, "f32", "bias", m=4, ta=False, tb=True)
     run = TORCH_COMPILE.build(spec, {}, GPU)
     inputs = make_inputs(spec, seed=0)
     out = empty_output(spec, "cpu")

@@ -2,7 +2,8 @@
 correctness bar — the harness's own (``validate.compare`` within
 ``validate.tolerance``), on an output poisoned with NaN so that an element no
 program writes fails. The contract every family meets is tests/test_conformance.py;
-these serve the tests of each family's own kernel paths."""
+these serve the tests of each family's own kernel paths (test_torch_compile.py takes
+its specs from here too)."""
 
 from __future__ import annotations
 
