@@ -8,11 +8,15 @@ import argparse
 from matprobe.spec import DTYPES
 
 
-def non_negative(text: str) -> int:
+def _whole_number(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def non_negative(text: str) -> int:
+    value = _whole_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
@@ -21,10 +25,7 @@ def non_negative(text: str) -> int:
 def positive(text: str) -> int:
     """A whole number of at least 1: one message for every value below (``--context
     -4`` and ``--context 0`` alike), naming the limit and the value given."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value

@@ -123,30 +123,67 @@ def _count_rows(
 
 
 def analyze(scan: ProfileScan, options: AnalyzeOptions = AnalyzeOptions()) -> Analysis:
-    """Compute every section of the report from a scan."""
+    """Compute every section of the report from a scan, in the analyzer's order."""
     needle = options.kernel_filter.lower()
+    matches = _name_filter(needle)
+    out = _Sections(options.top)
+    _add_event_types(out, scan)
+    if scan.selection_by_backend:
+        _add_backend_selection(out, scan)
+    if scan.internal_by_parent:
+        _add_internal_kernels(out, scan)
+    if scan.kernels:
+        _add_kernel_aggregate(out, scan, options, matches)
+    _add_named_durations(out, _GPU_KERNEL_GROUPS, scan, matches)
+    if scan.matmul_backends:
+        _add_matmuls(out, scan, needle, matches)
+    _add_named_durations(out, _HOST_SIDE_GROUPS, scan, None)
+    return Analysis(
+        path=scan.path,
+        total_events=scan.total_events,
+        lines=scan.lines,
+        sections=tuple(out.sections),
+        sync=Stats.from_us(scan.sync),
+        problems=scan.problems,
+    )
+
+
+def _name_filter(needle: str) -> Callable[..., bool]:
+    """Whether any of some names holds ``--kernel-filter``'s text (ignoring case);
+    every name does when there is none."""
 
     def matches(*names: str) -> bool:
         return not needle or any(needle in name.lower() for name in names)
 
-    sections: list[Section] = []
-    top = ("--top", options.top)
+    return matches
+
+
+@dataclass
+class _Sections:
+    """The report's sections in order, each cut at its limit."""
+
+    top: int  # ``--top``: rows per section (0 = all)
+    sections: list[Section] = field(default_factory=list)
 
     def add(
+        self,
         key: str,
         title: str,
         rows: Iterable[Row],
-        limit: tuple[str, int] = top,
+        limit: tuple[str, int] | None = None,
         filtered: bool = False,
     ) -> None:
-        """A section of the first ``limit`` rows (an option and its value; 0 = all) of
-        ``rows``, which keeps how many the limit left out."""
+        """A section of the first ``limit`` rows (an option and its value, ``--top``
+        when not given; 0 = all) of ``rows``, which keeps how many the limit left
+        out. A ``filtered`` section the filter emptied says so."""
         every = tuple(rows)
-        option, n = limit
+        option, n = limit if limit is not None else ("--top", self.top)
         shown = every if n <= 0 else every[:n]
         note = NO_MATCH if filtered and not shown else ""
-        sections.append(Section(key, title, shown, note, len(every) - len(shown), option))
+        self.sections.append(Section(key, title, shown, note, len(every) - len(shown), option))
 
+
+def _add_event_types(out: _Sections, scan: ProfileScan) -> None:
     event_rows = [
         StatRow(
             f"{event_type} (count={count})",
@@ -155,116 +192,117 @@ def analyze(scan: ProfileScan, options: AnalyzeOptions = AnalyzeOptions()) -> An
         )
         for event_type, count in sorted(scan.event_counts.items(), key=lambda kv: (-kv[1], kv[0]))
     ]
-    add("event_types", "Event type summary:", event_rows, ("", 0))  # a few types: all
+    out.add("event_types", "Event type summary:", event_rows, ("", 0))  # a few types: all
 
-    if scan.selection_by_backend:
-        add(
-            "backend_selection",
-            "Backend selection summary:",
-            _count_rows(
-                scan.selection_by_backend, lambda b: f"backend={b}", lambda b: {"backend": b}
-            ),
-        )
-        add(
-            "backend_selection_reasons",
-            "Backend selection reasons:",
-            _count_rows(scan.selection_by_reason, lambda r: f"reason={r}", lambda r: {"reason": r}),
-        )
-        add(
-            "backend_selection_by_op",
-            "Backend selection by op/backend:",
-            _count_rows(
-                scan.selection_by_op_backend,
-                lambda ob: f"op={ob[0]} backend={ob[1]}",
-                lambda ob: {"op": ob[0], "backend": ob[1]},
-            ),
-        )
 
-    if scan.internal_by_parent:
-        add("internal_by_parent", "Internal kernel by parent:", _stat_rows(scan.internal_by_parent))
-        add(
-            "internal_by_parent_op",
-            "Internal kernel by parent/op:",
-            _stat_rows(
-                scan.internal_by_parent_op,
-                lambda pk: f"{pk[0]} :: {pk[1]}",
-                lambda pk: {"parent": pk[0], "kernel": pk[1]},
-            ),
-        )
+def _add_backend_selection(out: _Sections, scan: ProfileScan) -> None:
+    out.add(
+        "backend_selection",
+        "Backend selection summary:",
+        _count_rows(scan.selection_by_backend, lambda b: f"backend={b}", lambda b: {"backend": b}),
+    )
+    out.add(
+        "backend_selection_reasons",
+        "Backend selection reasons:",
+        _count_rows(scan.selection_by_reason, lambda r: f"reason={r}", lambda r: {"reason": r}),
+    )
+    out.add(
+        "backend_selection_by_op",
+        "Backend selection by op/backend:",
+        _count_rows(
+            scan.selection_by_op_backend,
+            lambda ob: f"op={ob[0]} backend={ob[1]}",
+            lambda ob: {"op": ob[0], "backend": ob[1]},
+        ),
+    )
 
-    if scan.kernels:
 
-        def keep_kernel(name: str) -> bool:
-            synthetic = (
-                name.endswith("_total") or name.endswith("cb_wait") or name in _TOTAL_KERNELS
-            )
-            return (options.include_kernel_totals or not synthetic) and matches(name)
+def _add_internal_kernels(out: _Sections, scan: ProfileScan) -> None:
+    out.add("internal_by_parent", "Internal kernel by parent:", _stat_rows(scan.internal_by_parent))
+    out.add(
+        "internal_by_parent_op",
+        "Internal kernel by parent/op:",
+        _stat_rows(
+            scan.internal_by_parent_op,
+            lambda pk: f"{pk[0]} :: {pk[1]}",
+            lambda pk: {"parent": pk[0], "kernel": pk[1]},
+        ),
+    )
 
-        add(
-            "kernel_aggregate",
-            "Kernel aggregate (all parents):",
-            _stat_rows(scan.kernels, keep=keep_kernel),
-            ("--kernel-top", options.kernel_top),
-            filtered=True,
-        )
 
-    if scan.gpu_kernels:
-        add(
-            "gpu_kernels",
-            "GPU kernel durations (excluding waits):",
-            _stat_rows(scan.gpu_kernels, keep=matches),
-            filtered=True,
-        )
-    if scan.gpu_kernel_types:
-        add(
-            "gpu_kernel_types",
-            "GPU kernel aggregate (by kernel type):",
-            _stat_rows(scan.gpu_kernel_types, keep=matches),
-            filtered=True,
-        )
+def _add_kernel_aggregate(
+    out: _Sections, scan: ProfileScan, options: AnalyzeOptions, matches: Callable[..., bool]
+) -> None:
+    def keep_kernel(name: str) -> bool:
+        synthetic = name.endswith("_total") or name.endswith("cb_wait") or name in _TOTAL_KERNELS
+        return (options.include_kernel_totals or not synthetic) and matches(name)
 
-    if scan.matmul_backends:
-        add(
-            "matmul_backends",
-            "Matmul backend summary:",
-            _stat_rows(
-                scan.matmul_backends,
-                lambda b: f"backend={b}",
-                lambda b: {"backend": b},
-                keep=matches,
-            ),
-            filtered=True,
-        )
-        add(
-            "matmul_op_backends",
-            "Matmul op/backend summary:",
-            _stat_rows(
-                scan.matmul_op_backends,
-                lambda ob: f"{ob[0]} @ {ob[1]}",
-                lambda ob: {"op": ob[0], "backend": ob[1]},
-                keep=lambda ob: matches(f"{ob[0]} @ {ob[1]}"),
-            ),
-            filtered=True,
-        )
-        add(
-            "matmul_shapes",
-            "Matmul shape backend summary:",
-            shape_rows(scan, needle),
-            filtered=True,
-        )
+    out.add(
+        "kernel_aggregate",
+        "Kernel aggregate (all parents):",
+        _stat_rows(scan.kernels, keep=keep_kernel),
+        ("--kernel-top", options.kernel_top),
+        filtered=True,
+    )
 
-    if scan.gpu_waits:
-        add("gpu_waits", "GPU wait breakdown:", _stat_rows(scan.gpu_waits))
-    if scan.cb_gpu:
-        add("cb_gpu", "Command buffer GPU timing:", _stat_rows(scan.cb_gpu))
 
-    return Analysis(
-        path=scan.path,
-        total_events=scan.total_events,
-        lines=scan.lines,
-        sections=tuple(sections),
-        sync=Stats.from_us(scan.sync),
-        problems=scan.problems,
+#: Sections of durations by name alone, as (JSON key, which names the scan's group
+#: too, title): GPU kernels, which ``--kernel-filter`` narrows, and the host's side
+#: of the GPU (waits, command buffers), never filtered. An empty group has none.
+_GPU_KERNEL_GROUPS = (
+    ("gpu_kernels", "GPU kernel durations (excluding waits):"),
+    ("gpu_kernel_types", "GPU kernel aggregate (by kernel type):"),
+)
+_HOST_SIDE_GROUPS = (
+    ("gpu_waits", "GPU wait breakdown:"),
+    ("cb_gpu", "Command buffer GPU timing:"),
+)
+
+
+def _add_named_durations(
+    out: _Sections,
+    groups: tuple[tuple[str, str], ...],
+    scan: ProfileScan,
+    matches: Callable[..., bool] | None,
+) -> None:
+    """A section for each group that has samples, filtered by ``matches`` when given."""
+    for key, title in groups:
+        samples: Mapping[str, array[float]] = getattr(scan, key)
+        if not samples:
+            continue
+        if matches is None:
+            out.add(key, title, _stat_rows(samples))
+        else:
+            out.add(key, title, _stat_rows(samples, keep=matches), filtered=True)
+
+
+def _add_matmuls(
+    out: _Sections, scan: ProfileScan, needle: str, matches: Callable[..., bool]
+) -> None:
+    out.add(
+        "matmul_backends",
+        "Matmul backend summary:",
+        _stat_rows(
+            scan.matmul_backends,
+            lambda b: f"backend={b}",
+            lambda b: {"backend": b},
+            keep=matches,
+        ),
+        filtered=True,
+    )
+    out.add(
+        "matmul_op_backends",
+        "Matmul op/backend summary:",
+        _stat_rows(
+            scan.matmul_op_backends,
+            lambda ob: f"{ob[0]} @ {ob[1]}",
+            lambda ob: {"op": ob[0], "backend": ob[1]},
+            keep=lambda ob: matches(f"{ob[0]} @ {ob[1]}"),
+        ),
+        filtered=True,
+    )
+    out.add(
+        "matmul_shapes", "Matmul shape backend summary:", shape_rows(scan, needle), filtered=True
     )
 
 

@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import zlib
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -32,6 +33,7 @@ from matprobe.profile.events import (
     KNOWN_EVENT_TYPES,
     MAX_DURATION_US,
     REQUIRED_FIELDS,
+    Problems,
     ProfileScan,
 )
 
@@ -272,47 +274,21 @@ def scan_lines(
     require_events: bool = True,
     judge_end: bool = True,
 ) -> ProfileScan:
-    """The scan proper. Written as one flat loop over locals: it is the hot path
-    (a million events in a few seconds), so lookups are memoized by op name and
-    by shape data, and the checks are ordered for the common case."""
+    """The scan proper: each line parsed, its event checked, its duration filed. The
+    hot path (a million events in a few seconds): one flat loop over locals, the
+    rare paths in helpers, and a timed event filed by one call of a recorder that
+    keeps its groups and memos in closure cells (:func:`_gpu_op_recorder`)."""
     result = ProfileScan(path=path)
     problems = result.problems
-    loads = _loads
-    decode_errors = _DECODE_ERRORS
-    required_fields = {name: frozenset(names) for name, names in REQUIRED_FIELDS.items()}
-    known_types = KNOWN_EVENT_TYPES
+    # locals, not globals, for the loop's lookups
+    loads, decode_errors = _loads, _DECODE_ERRORS
+    required_fields, known_types = _REQUIRED_FIELDS, KNOWN_EVENT_TYPES
+    event_counts, event_durations, sync = result.event_counts, result.event_durations, result.sync
+    record_gpu_op = _gpu_op_recorder(result)
+    record_internal = _internal_recorder(result)
 
-    event_counts = result.event_counts
-    event_durations = result.event_durations
-    sync = result.sync
-    internal_by_parent = result.internal_by_parent
-    internal_by_parent_op = result.internal_by_parent_op
-    kernels = result.kernels
-    gpu_kernels = result.gpu_kernels
-    gpu_kernel_types = result.gpu_kernel_types
-    gpu_waits = result.gpu_waits
-    cb_gpu = result.cb_gpu
-    matmul_backends = result.matmul_backends
-    matmul_op_backends = result.matmul_op_backends
-    matmul_shapes = result.matmul_shapes
-
-    # op_name → (route, kernel type, legacy shape data); op names repeat a lot.
-    op_routes: dict[str, tuple[int, str, dict[str, str] | None]] = {}
-    route_cb_gpu, route_wait, route_kernel = 0, 1, 2
-    # (shape data items, event backend) → (shape key, op, backend)
-    shape_memo: dict[Any, tuple[str, str, str]] = {}
-
-    total = 0
-    lineno = 0
+    total = lineno = nonblank = 0
     first_bad: list[str] = []  # a few unusable lines, to say what the file looks like
-    nonblank = 0
-
-    def sniff(line: bytes | str) -> None:
-        # Before the first event: is this a profile at all?
-        if len(first_bad) < 20:
-            first_bad.append(line.decode("utf-8", "replace") if isinstance(line, bytes) else line)
-        if nonblank >= _SNIFF_LINES:
-            raise ProfileError(_not_jsonl_message(path, first_bad))
 
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
@@ -323,20 +299,18 @@ def scan_lines(
         except decode_errors:
             problems.add("not_json", lineno)
             if total == 0 and require_events:
-                sniff(line)
+                _sniff(path, first_bad, line, nonblank)
             continue
         try:  # the common case first; anything odd falls to the careful path
             event = payload["event"]
             event_type = event["type"]
             data = event["data"]
         except (KeyError, TypeError, IndexError):
-            event = payload.get("event") if isinstance(payload, dict) else None
-            event_type = event.get("type") if isinstance(event, dict) else None
-            data = event.get("data", {}) if isinstance(event, dict) else None
+            event_type, data = _event_parts(payload)
         if type(event_type) is not str or not event_type or type(data) is not dict:
             problems.add("not_an_event", lineno)
             if total == 0 and require_events:
-                sniff(line)
+                _sniff(path, first_bad, line, nonblank)
             continue
 
         total += 1
@@ -352,12 +326,7 @@ def scan_lines(
         required = required_fields.get(event_type)
         if required is not None and not out_of_range:
             if not (required <= data.keys()) or (not has_duration and "duration_us" in required):
-                missing = sorted(
-                    name
-                    for name in required
-                    if data.get(name) is None or (name == "duration_us" and not has_duration)
-                )
-                problems.add("missing_field", lineno, f"{event_type}.{'/'.join(missing)}")
+                _add_missing_field(problems, lineno, event_type, data, required, has_duration)
         elif event_type not in known_types:
             problems.add("unknown_type", lineno, event_type)
 
@@ -366,71 +335,145 @@ def scan_lines(
             name = data.get("internal_kernel_name") or data.get("op_name") or ""
             if isinstance(name, str) and "sync" in name.lower():
                 sync.append(duration)
-
-        if event_type == "GpuOpCompleted":
-            if not has_duration:
-                continue
-            op_name = data.get("op_name")
-            if not isinstance(op_name, str) or not op_name:
-                op_name = UNKNOWN
-            route = op_routes.get(op_name)
-            if route is None:
-                if "/cb_gpu" in op_name:
-                    route = (route_cb_gpu, "", None)
-                elif "cb_wait" in op_name or op_name.endswith("wait"):
-                    route = (route_wait, "", None)
-                else:
-                    route = (route_kernel, kernel_type(op_name), legacy_matmul_meta(op_name))
-                op_routes[op_name] = route
-            kind = route[0]
-            if kind == route_cb_gpu:
-                cb_gpu[op_name].append(duration)
-                continue
-            if kind == route_wait:
-                gpu_waits[op_name].append(duration)
-                continue
-            gpu_kernels[op_name].append(duration)
-            gpu_kernel_types[route[1]].append(duration)
-            meta = _nested_shape(data) if "data" in data else None
-            if meta is None:
-                meta = route[2]
-                if meta is None:
-                    continue
-            event_backend = data.get("backend")
-            try:
-                memo_key: Any = (tuple(meta.items()), event_backend)
-                entry = shape_memo.get(memo_key)
-            except TypeError:  # unhashable values: compute, do not memoize
-                memo_key, entry = None, None
-            if entry is None:
-                entry = _shape_entry(meta, event_backend)
-                if memo_key is not None:
-                    shape_memo[memo_key] = entry
-            key, op, backend = entry
-            matmul_backends[backend].append(duration)
-            matmul_op_backends[(op, backend)].append(duration)
-            matmul_shapes[key][backend].append(duration)
-        elif event_type == "InternalKernelCompleted":
-            if not has_duration:
-                continue
-            parent = str(data.get("parent_op_name") or UNKNOWN)
-            kernel = str(data.get("internal_kernel_name") or UNKNOWN)
-            internal_by_parent[parent].append(duration)
-            internal_by_parent_op[(parent, kernel)].append(duration)
-            kernels[kernel].append(duration)
-        elif event_type == "KernelBackendSelected":
-            op_name = str(data.get("op_name") or UNKNOWN)
-            backend = str(data.get("backend") or UNKNOWN)
-            result.selection_by_backend[backend] += 1
-            result.selection_by_reason[str(data.get("reason") or UNKNOWN)] += 1
-            result.selection_by_op_backend[(op_name, backend)] += 1
+            if event_type == "GpuOpCompleted":
+                record_gpu_op(data, duration)
+            elif event_type == "InternalKernelCompleted":
+                record_internal(data, duration)
+        if event_type == "KernelBackendSelected":
+            _record_selection(result, data)
 
     result.total_events = total
     result.lines = lineno
-    if not judge_end:
-        return result
-    if require_events and nonblank == 0:
-        raise ProfileError(f"{path} is empty")
-    if require_events and total == 0:
-        raise ProfileError(_not_jsonl_message(path, first_bad))
+    if judge_end and require_events:
+        _judge_whole_file(path, nonblank, total, first_bad)
     return result
+
+
+_REQUIRED_FIELDS = {name: frozenset(names) for name, names in REQUIRED_FIELDS.items()}
+
+
+def _sniff(path: str, first_bad: list[str], line: bytes | str, nonblank: int) -> None:
+    """Before the first event: is this a profile at all? Keeps a few unusable
+    lines to say what the file looks like, and gives up after :data:`_SNIFF_LINES`."""
+    if len(first_bad) < 20:
+        first_bad.append(line.decode("utf-8", "replace") if isinstance(line, bytes) else line)
+    if nonblank >= _SNIFF_LINES:
+        raise ProfileError(_not_jsonl_message(path, first_bad))
+
+
+def _judge_whole_file(path: str, nonblank: int, total: int, first_bad: list[str]) -> None:
+    """A whole file that held no line, or no event, is not a profile."""
+    if nonblank == 0:
+        raise ProfileError(f"{path} is empty")
+    if total == 0:
+        raise ProfileError(_not_jsonl_message(path, first_bad))
+
+
+def _event_parts(payload: Any) -> tuple[Any, Any]:
+    """(type, data) of a payload that is not the plain ``{"event": {"type", "data"}}``:
+    whatever is there, for the caller's check (``data`` defaults to ``{}``)."""
+    event = payload.get("event") if isinstance(payload, dict) else None
+    if not isinstance(event, dict):
+        return None, None
+    return event.get("type"), event.get("data", {})
+
+
+def _add_missing_field(
+    problems: Problems,
+    lineno: int,
+    event_type: str,
+    data: dict[str, Any],
+    required: frozenset[str],
+    has_duration: bool,
+) -> None:
+    """Count an event of a known type that lacks a field the analysis needs (a
+    duration that is there but not a number counts as missing)."""
+    missing = sorted(
+        name
+        for name in required
+        if data.get(name) is None or (name == "duration_us" and not has_duration)
+    )
+    problems.add("missing_field", lineno, f"{event_type}.{'/'.join(missing)}")
+
+
+def _gpu_op_recorder(result: ProfileScan) -> Callable[[dict[str, Any], float], None]:
+    """Files one timed GpuOpCompleted as command-buffer GPU time (``/cb_gpu``), a
+    host wait (``cb_wait``, or a name ending in ``wait``) or a kernel, by name and
+    kernel type, and then, when it carries shape data, as a matmul by backend,
+    op/backend and shape. Routes are memoized by op name and shape entries by shape
+    data: both repeat a lot."""
+    cb_gpu, gpu_waits = result.cb_gpu, result.gpu_waits
+    gpu_kernels, gpu_kernel_types = result.gpu_kernels, result.gpu_kernel_types
+    matmul_backends, matmul_op_backends = result.matmul_backends, result.matmul_op_backends
+    matmul_shapes = result.matmul_shapes
+    # op_name → (the group it is filed in, kernel type, legacy shape data)
+    op_routes: dict[str, tuple[dict[str, array[float]], str, dict[str, str] | None]] = {}
+    # (shape data items, event backend) → (shape key, op, backend)
+    shape_memo: dict[Any, tuple[str, str, str]] = {}
+
+    def record(data: dict[str, Any], duration: float) -> None:
+        op_name = data.get("op_name")
+        if not isinstance(op_name, str) or not op_name:
+            op_name = UNKNOWN
+        route = op_routes.get(op_name)
+        if route is None:
+            if "/cb_gpu" in op_name:
+                route = (cb_gpu, "", None)
+            elif "cb_wait" in op_name or op_name.endswith("wait"):
+                route = (gpu_waits, "", None)
+            else:
+                route = (gpu_kernels, kernel_type(op_name), legacy_matmul_meta(op_name))
+            op_routes[op_name] = route
+        group, type_name, legacy_meta = route
+        group[op_name].append(duration)
+        if group is not gpu_kernels:
+            return
+        gpu_kernel_types[type_name].append(duration)
+        meta = _nested_shape(data) if "data" in data else None
+        if meta is None:
+            meta = legacy_meta
+            if meta is None:
+                return
+        event_backend = data.get("backend")
+        try:
+            memo_key: Any = (tuple(meta.items()), event_backend)
+            entry = shape_memo.get(memo_key)
+        except TypeError:  # unhashable values: compute, do not memoize
+            memo_key, entry = None, None
+        if entry is None:
+            entry = _shape_entry(meta, event_backend)
+            if memo_key is not None:
+                shape_memo[memo_key] = entry
+        key, op, backend = entry
+        matmul_backends[backend].append(duration)
+        matmul_op_backends[(op, backend)].append(duration)
+        matmul_shapes[key][backend].append(duration)
+
+    return record
+
+
+def _internal_recorder(result: ProfileScan) -> Callable[[dict[str, Any], float], None]:
+    """Files one timed InternalKernelCompleted by parent, parent/kernel and kernel."""
+    by_parent, by_parent_op, kernels = (
+        result.internal_by_parent,
+        result.internal_by_parent_op,
+        result.kernels,
+    )
+
+    def record(data: dict[str, Any], duration: float) -> None:
+        parent = str(data.get("parent_op_name") or UNKNOWN)
+        kernel = str(data.get("internal_kernel_name") or UNKNOWN)
+        by_parent[parent].append(duration)
+        by_parent_op[(parent, kernel)].append(duration)
+        kernels[kernel].append(duration)
+
+    return record
+
+
+def _record_selection(result: ProfileScan, data: dict[str, Any]) -> None:
+    """Counts one KernelBackendSelected by backend, reason and op/backend."""
+    op_name = str(data.get("op_name") or UNKNOWN)
+    backend = str(data.get("backend") or UNKNOWN)
+    result.selection_by_backend[backend] += 1
+    result.selection_by_reason[str(data.get("reason") or UNKNOWN)] += 1
+    result.selection_by_op_backend[(op_name, backend)] += 1

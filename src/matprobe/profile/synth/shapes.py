@@ -1,5 +1,5 @@
 """The matmul shapes, kernel names and op-name scopes one synthetic decoder block
-emits, and the legacy and broken-line templates (data, no emission)."""
+emits, and the legacy templates (data, no emission)."""
 
 from __future__ import annotations
 
@@ -253,24 +253,3 @@ _PROMPT_OUT: Final = (
 )
 _EMBED_KERNEL: Final = "metallic::kernels::embedding_lookup::EmbeddingLookupOp"
 _RMSNORM: Final = "metallic::kernels::rmsnorm::RMSNormOp"
-
-# Kinds of broken line, in the order they are planned (one of each per run).
-_BROKEN_KINDS: Final[tuple[str, ...]] = (
-    "log_line",
-    "truncated",
-    "json_array",
-    "json_null",
-    "json_string",
-    "no_event",
-    "event_not_object",
-    "no_type",
-    "data_not_object",
-    "unknown_type",
-    "gpu_no_duration",
-    "gpu_no_op_name",
-    "internal_no_parent",
-    "internal_no_kernel",
-    "backend_no_reason",
-    "blank",
-    "blank",
-)

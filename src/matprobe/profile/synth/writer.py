@@ -4,25 +4,13 @@ and :func:`write_profile` (exactly N events to a file, constant memory)."""
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Iterator
 from typing import Final
 
+from matprobe.profile.synth.broken import broken_plan, write_broken
 from matprobe.profile.synth.emitter import _Emitter
 from matprobe.profile.synth.model import SynthConfig, SynthError, Truth
-from matprobe.profile.synth.shapes import _BROKEN_KINDS, _attention_matmuls
-
-
-def _broken_plan(config: SynthConfig) -> dict[int, list[str]]:
-    """Which broken kinds follow which block slot (token × layer), from the broken RNG."""
-    if not config.broken:
-        return {}
-    slots = max(1, config.tokens * config.layers)
-    rng = random.Random(f"plan:{config.seed}")
-    plan: dict[int, list[str]] = {}
-    for kind in _BROKEN_KINDS:
-        plan.setdefault(rng.randrange(slots), []).append(kind)
-    return plan
+from matprobe.profile.synth.shapes import _attention_matmuls
 
 
 def _batches(config: SynthConfig, truth: Truth | None) -> Iterator[tuple[list[str], list[int]]]:
@@ -34,7 +22,7 @@ def _batches(config: SynthConfig, truth: Truth | None) -> Iterator[tuple[list[st
     config.validate()
     e = _Emitter(config, truth)
     out, invalid = e.out, e.invalid
-    plan = _broken_plan(config)
+    plan = broken_plan(config)
     e.header()
     for _ in range(config.prompt_tokens):
         e.prompt_token()
@@ -47,7 +35,7 @@ def _batches(config: SynthConfig, truth: Truth | None) -> Iterator[tuple[list[st
         for b in range(config.layers):
             forward += e.layer(t, b, context, scores, values)
             for kind in plan.get(slot, ()):
-                e.broken(kind)
+                write_broken(e, kind)
             slot += 1
             yield out, invalid
             out.clear()
@@ -55,9 +43,9 @@ def _batches(config: SynthConfig, truth: Truth | None) -> Iterator[tuple[list[st
         e.token_end(t, forward)
     if config.tokens == 0:  # no block slots: the plan put every kind in slot 0
         for kind in plan.get(0, ()):
-            e.broken(kind)
+            write_broken(e, kind)
     if config.broken:
-        e.broken("blank")  # a trailing blank line, as editors leave them
+        write_broken(e, "blank")  # a trailing blank line, as editors leave them
     yield out, invalid
 
 
