@@ -106,6 +106,25 @@ def is_pow2(value: object) -> TypeGuard[int]:
     )
 
 
+def tile_reason(
+    bn: Any, bk: Any, warps: Any, *, min_bn: int = 1, min_bk: int = 16, bk_note: str = ""
+) -> str | None:
+    """Why ``bn`` outputs × ``bk`` of K over ``warps`` warps is not a tile a Triton
+    kernel can take (None: it is): each a power of two — bn at least ``min_bn``,
+    bk at least ``min_bk`` (``bk_note`` says why, where a family has a reason) —
+    at most 32 warps, and within Triton's block limit."""
+    if not is_pow2(bn) or bn < min_bn:
+        least = f" >= {min_bn}" if min_bn > 1 else ""
+        return f"bn={bn!r}: BLOCK_N must be a power of two{least}"
+    if not is_pow2(bk) or bk < min_bk:
+        return f"bk={bk!r}: BLOCK_K must be a power of two >= {min_bk}{bk_note}"
+    if not is_pow2(warps) or warps > 32:
+        return f"w={warps!r}: num_warps must be a power of two <= 32"
+    if bn * bk > MAX_TILE_ELEMENTS:
+        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    return None
+
+
 def interpreter_too_large(device: DeviceInfo, batch: int, n: int, k: int) -> str | None:
     if device.kind == "cpu" and batch * n * k > INTERPRETER_MAX_ELEMENTS:
         return (
@@ -238,6 +257,24 @@ def row_gemv_operands(
     if where.type == "cuda":
         check_current_device(name, where)
     return x, w, c0, bias
+
+
+def row_strides(x: Any, w: Any) -> tuple[int, ...]:
+    """x's batch and K strides, then W's three (either layout): the operands' launch
+    arguments of a row GEMV kernel (x ``[batch, 1, k]``), in the kernels' order."""
+    return (x.stride(0), x.stride(2), w.stride(0), w.stride(1), w.stride(2))
+
+
+def epilogue_args(inputs: MatmulInputs, c0: Any, bias: Any, out: Any) -> tuple[Any, ...]:
+    """The epilogue's launch arguments of a row GEMV kernel (``[batch, 1, n]``
+    outputs), in the order of ``_blocks.epilogue_store``: C0's batch and column
+    strides, the bias's, out's, then alpha and beta."""
+    return (
+        c0.stride(0), c0.stride(-1),
+        bias.stride(-1),
+        out.stride(0), out.stride(2),
+        float(inputs.alpha), float(inputs.beta),
+    )  # fmt: skip
 
 
 # ---- programmatic dependent launch -------------------------------------------------

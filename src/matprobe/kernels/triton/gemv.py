@@ -21,9 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
-    MAX_TILE_ELEMENTS,
     interpreter_too_large,
-    is_pow2,
     target,
 )
 from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
@@ -54,14 +52,8 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     if not spec.tB:
         return "needs tB=1: W stored [n, k]"
     bn, bk, warps = params.get("bn"), params.get("bk"), params.get("w")
-    if not is_pow2(bn):
-        return f"bn={bn!r}: BLOCK_N must be a power of two"
-    if not is_pow2(bk) or bk < 16:
-        return f"bk={bk!r}: BLOCK_K must be a power of two >= 16"
-    if not is_pow2(warps) or warps > 32:
-        return f"w={warps!r}: num_warps must be a power of two <= 32"
-    if bn * bk > MAX_TILE_ELEMENTS:
-        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    if (reason := common.tile_reason(bn, bk, warps)) is not None:
+        return reason
     if bn * bk > MAX_PER_THREAD * 32 * warps:
         return (
             f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
@@ -152,12 +144,8 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
         launch(
             x, w, c0, bias, out,
             n, k,
-            x.stride(0), x.stride(2),
-            w.stride(0), w.stride(1), w.stride(2),
-            c0.stride(0), c0.stride(-1),
-            bias.stride(-1),
-            out.stride(0), out.stride(2),
-            float(inputs.alpha), float(inputs.beta),
+            *common.row_strides(x, w),
+            *common.epilogue_args(inputs, c0, bias, out),
             **constants,
         )  # fmt: skip
 

@@ -16,9 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
-    MAX_TILE_ELEMENTS,
     interpreter_too_large,
-    is_pow2,
     target,
 )
 from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
@@ -48,14 +46,9 @@ def q8_gemv_reason(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceIn
     if k % Q8_0_BLOCK:
         return f"Q8_0 needs k a multiple of {Q8_0_BLOCK}, got k={k}"
     bn, bk, warps = params.get("bn"), params.get("bk"), params.get("w")
-    if not is_pow2(bn):
-        return f"bn={bn!r}: BLOCK_N must be a power of two"
-    if not is_pow2(bk) or bk < Q8_0_BLOCK:
-        return f"bk={bk!r}: BLOCK_K must be a power of two >= {Q8_0_BLOCK} (whole blocks)"
-    if not is_pow2(warps) or warps > 32:
-        return f"w={warps!r}: num_warps must be a power of two <= 32"
-    if bn * bk > MAX_TILE_ELEMENTS:
-        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    reason = common.tile_reason(bn, bk, warps, min_bk=Q8_0_BLOCK, bk_note=" (whole blocks)")
+    if reason is not None:
+        return reason
     if bn * bk > MAX_PER_THREAD * 32 * warps:
         return (
             f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
@@ -125,10 +118,7 @@ def q8_gemv_launcher(
             x.stride(0), x.stride(2),
             q.stride(0), q.stride(1),
             d.stride(0), d.stride(1),
-            c0.stride(0), c0.stride(-1),
-            bias.stride(-1),
-            out.stride(0), out.stride(2),
-            float(inputs.alpha), float(inputs.beta),
+            *common.epilogue_args(inputs, c0, bias, out),
             **constants,
         )  # fmt: skip
 

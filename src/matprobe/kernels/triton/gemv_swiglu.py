@@ -19,9 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
-    MAX_TILE_ELEMENTS,
     interpreter_too_large,
-    is_pow2,
     target,
 )
 from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
@@ -54,14 +52,8 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     if spec.dtype == "q8_0" and k % Q8_0_BLOCK:
         return f"Q8_0 needs k a multiple of {Q8_0_BLOCK}, got k={k}"
     bn, bk, warps = params.get("bn"), params.get("bk"), params.get("w")
-    if not is_pow2(bn):
-        return f"bn={bn!r}: BLOCK_N must be a power of two"
-    if not is_pow2(bk) or bk < Q8_0_BLOCK:
-        return f"bk={bk!r}: BLOCK_K must be a power of two >= {Q8_0_BLOCK}"
-    if not is_pow2(warps) or warps > 32:
-        return f"w={warps!r}: num_warps must be a power of two <= 32"
-    if bn * bk > MAX_TILE_ELEMENTS:
-        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    if (reason := common.tile_reason(bn, bk, warps, min_bk=Q8_0_BLOCK)) is not None:
+        return reason
     if 2 * bn * bk > MAX_PER_THREAD * 32 * warps:
         return (
             f"two tiles {bn}×{bk} (gate and up) over w={warps} warps are "

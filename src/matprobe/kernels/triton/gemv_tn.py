@@ -171,26 +171,19 @@ class GemvTNKernel:
         # Unused pointers get a valid placeholder the kernel never touches.
         ws = out if self.workspace is None else self.workspace
         counters = ws if self.counters is None else self.counters
-        alpha, beta = float(inputs.alpha), float(inputs.beta)
+        epilogue = common.epilogue_args(inputs, c0, bias, out)
         self._launch(
             x, w, c0, bias, out, ws, counters,
             n, k, self.k_chunk,
-            x.stride(0), x.stride(2),
-            w.stride(0), w.stride(1), w.stride(2),
-            c0.stride(0), c0.stride(-1),
-            bias.stride(-1),
-            out.stride(0), out.stride(2),
-            alpha, beta,
+            *common.row_strides(x, w),
+            *epilogue,
             **self._constants,
         )  # fmt: skip
         if self.mode == 2:
             self._finalize(
                 ws, c0, bias, out,
                 n,
-                c0.stride(0), c0.stride(-1),
-                bias.stride(-1),
-                out.stride(0), out.stride(2),
-                alpha, beta,
+                *epilogue,
                 HAS_C0=self.has_c0, HAS_BIAS=self.has_bias, BLOCK_N=FINALIZE_BLOCK_N,
                 num_warps=4,
             )  # fmt: skip

@@ -50,9 +50,7 @@ from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
     DEFAULT_SM_COUNT,
     MAX_GRID_YZ,
-    MAX_TILE_ELEMENTS,
     interpreter_too_large,
-    is_pow2,
     plan_k_split,
     pow2_up_to,
     target,
@@ -151,14 +149,8 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         return f"mode={mode!r}: one of {', '.join(MODES)}"
     if not isinstance(split, int) or isinstance(split, bool) or split < 0:
         return f"split={split!r}: number of K slices must be an integer >= 0 (0 = automatic)"
-    if not is_pow2(bn):
-        return f"bn={bn!r}: BLOCK_N must be a power of two"
-    if not is_pow2(bk) or bk < 16:
-        return f"bk={bk!r}: BLOCK_K must be a power of two >= 16"
-    if not is_pow2(warps) or warps > 32:
-        return f"w={warps!r}: num_warps must be a power of two <= 32"
-    if bn * bk > MAX_TILE_ELEMENTS:
-        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    if (reason := common.tile_reason(bn, bk, warps)) is not None:
+        return reason
     if batch > MAX_GRID_YZ:
         return f"batch={batch} exceeds the grid's limit of {MAX_GRID_YZ}"
     plan = plan_split(n, k, batch, bn, bk, split, device.sm_count)
@@ -247,18 +239,12 @@ class SplitKGemv:
             where=self.where, has_c0=self.has_c0, has_bias=self.has_bias)  # fmt: skip
         ws = self.workspace
         counters = ws if self.counters is None else self.counters
-        epilogue = (
-            c0.stride(0), c0.stride(-1),
-            bias.stride(-1),
-            out.stride(0), out.stride(2),
-            float(inputs.alpha), float(inputs.beta),
-        )  # fmt: skip
+        epilogue = common.epilogue_args(inputs, c0, bias, out)
         try:
             self._partial(
                 x, w, ws, counters, c0, bias, out,
                 *self._partial_args,
-                x.stride(0), x.stride(2),
-                w.stride(0), w.stride(1), w.stride(2),
+                *common.row_strides(x, w),
                 *self._ws_strides,
                 counters.stride(0),
                 *epilogue,
