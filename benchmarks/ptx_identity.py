@@ -171,7 +171,8 @@ def splitk_cases() -> Iterator[Case]:
             chunk: int, k_mode: int) -> Case:  # fmt: skip
         p = FLOAT_DTYPES[dt]
         (c0p, biasp, outp), strides = _epilogue(n, p)
-        slices = -(-(-(-k // 256)) // tiles)
+        k_tiles = -(-k // 256)
+        slices = -(-k_tiles // tiles)
         row_blocks = -(-n // bn)
         # twopass: partials [slices, 1, n]; atomic: workspace [1, n] (counters: it too);
         # atomic_last: counters [1, row blocks].
@@ -293,7 +294,8 @@ def q8_cases() -> Iterator[Case]:
             bk: int, w: int) -> Case:  # fmt: skip
         (c0p, biasp, outp), strides = _epilogue(n, "fp16")
         constants = {**_flags(c0, bias), "BLOCK_N": bn, "BLOCK_K": bk, "NB": bk // 32,
-                     "K_TILES": -(-k // bk), "EVEN_K": k % bk == 0, "EVEN_N": n % bn == 0}
+                     "K_TILES": -(-k // bk), "EVEN_K": k % bk == 0,
+                     "EVEN_N": n % bn == 0}  # fmt: skip
         config = {"c0": int(c0), "bias": int(bias), "n": n, "k": k, "bn": bn, "bk": bk, "w": w}
         if blk is not None:
             constants["BLOCKWISE"] = blk

@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
     interpreter_too_large,
-    target,
+    is_pow2,
 )
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -91,6 +91,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         reason = _pdl_unsupported(spec, device)
     if reason is not None:
         return reason
+    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
     tile = block(bn, n) * block(bk, k)  # the blocks this spec actually gets
     if tile > MAX_PER_THREAD * 32 * warps:
         return (
@@ -117,21 +118,18 @@ def _pdl_unsupported(spec: MatmulSpec, device: DeviceInfo) -> str | None:
     return None
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
     # Any small batched GEMV, not only attention: the tB=0 kernel (one tile a
     # program, split-K finished by the last program) also serves the fused QKV
     # projection (n=1152, k=896, W stored [k, n]) better than a K-walking loop.
-    ops={"matmul_alpha_beta", "matmul", "matmul_bias_add"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS,
     supports=_supports,
     # H100 sweep (BENCHMARKS.md): bn64 never won; bk1024 (no split) wins at L ≥ 130.
     # pdl=1 applies to the QKV projection only (see _pdl_unsupported).
     grid={"bn": (16, 32), "bk": (64, 1024), "w": (4,), "pdl": (0, 1)},
     early_launch_param="pdl",  # pdl=1: programmatic dependent launch
     dtypes=("f32", "f16", "bf16"),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def ATTN_BMV(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
@@ -142,28 +140,20 @@ def ATTN_BMV(  # noqa: N802 - the family is a module constant
         attn_scores_kernel,
         attn_values_kernel,
     )
-    from matprobe.measure.inputs import shapes, torch_dtype
 
-    tb = bool(spec.tB)
-    kernel = attn_scores_kernel if tb else attn_values_kernel
-    common.check_mode(NAME, kernel, device)
-    dims = shapes(spec)
-    batch, _, n = dims["out"]
-    k = dims["a"][1] if spec.tA else dims["a"][2]
-    dtype = torch_dtype(spec.dtype or "f32")
-    where = target(device)
+    kernel = attn_scores_kernel if spec.tB else attn_values_kernel
+    row = common.row_gemv(NAME, kernel, spec, device)
+    batch, n, k = row.batch, row.n, row.k
     block_n = block(int(params["bn"]), n)
     block_k = block(int(params["bk"]), k)
-    has_c0, has_bias = spec.reads_c0, spec.has_bias
     constants: dict[str, Any] = {
-        "HAS_C0": has_c0,
-        "HAS_BIAS": has_bias,
+        **row.epilogue_constants,
         "BLOCK_N": block_n,
         "BLOCK_K": block_k,
         "num_warps": int(params["w"]),
     }
     n_blocks = -(-n // block_n)
-    if tb:
+    if row.tb:
         launch = kernel[(n_blocks, batch)]
         constants["K"] = k
         sizes: tuple[Any, ...] = (n,)  # the scores kernel's arguments after the operands
@@ -173,13 +163,10 @@ def ATTN_BMV(  # noqa: N802 - the family is a module constant
         constants.update(N=n, SPLIT_P2=_next_pow2(split), MASK_N=n % block_n != 0)
         if params.get("pdl"):
             constants.update(common.PDL_CONSTANTS)
-        sizes = (*_split_state(batch * n_blocks, split, block_n, where), k, split)
+        sizes = (*_split_state(batch * n_blocks, split, block_n, row.where), k, split)
 
     def run(inputs: MatmulInputs, out: Any) -> None:
-        a, b, c0, bias = common.row_gemv_operands(
-            NAME, inputs, out, batch=batch, n=n, k=k, dtype=dtype, where=where,
-            has_c0=has_c0, has_bias=has_bias, tb=tb,
-        )  # fmt: skip
+        a, b, c0, bias = row.operands(inputs, out)
         launch(
             a, b, c0, bias, out, *sizes,
             *common.row_strides(a, b),

@@ -26,7 +26,7 @@ from matprobe.kernels.triton._common import (
     interpreter_too_large,
     target,
 )
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
@@ -149,17 +149,14 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     return problem or interpreter_too_large(device, 1, spec.n_total or 0, k)
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
-    ops={"matmul", "matmul_bias_add", "matmul_alpha_beta", "matmul_swiglu"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS | {"matmul_swiglu"},
     supports=_supports,
     # bn 4 first: the CPU validates a family's first grid point, and the
     # interpreter's cost is per program (4 rows a program: a quarter of bn 1's).
     grid={"bn": (4, 2, 1), "bk": (512, 1024), "w": (4, 8)},
     dtypes=("f16", "bf16", "q8_0"),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def GEMV_DECODE(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo

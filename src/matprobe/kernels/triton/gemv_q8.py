@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
     interpreter_too_large,
+    is_pow2,
     target,
 )
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def q8_gemv_reason(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceIn
     reason = common.tile_reason(bn, bk, warps, min_bk=Q8_0_BLOCK, bk_note=" (whole blocks)")
     if reason is not None:
         return reason
+    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
     if bn * bk > MAX_PER_THREAD * 32 * warps:
         return (
             f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
@@ -125,15 +127,12 @@ def q8_gemv_launcher(
     return run
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
-    ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS,
     supports=_supports,
     grid={"bn": (1, 2, 4), "bk": (512, 1024), "w": (4, 8), "blk": (0, 1)},
     dtypes=("q8_0",),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def GEMV_Q8(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
