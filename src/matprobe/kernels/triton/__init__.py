@@ -1,4 +1,5 @@
 """matprobe's Triton families: each family module (``gemv``, ``splitk``, …)
 beside the ``_…_kernels`` module it launches, and what they all share:
-``_common`` (operand checks, the split planner, grid limits) and ``_blocks``
-(the epilogue, the split-K finish)."""
+``_common`` (the family declaration, operand checks, launch arguments, the
+split planner, grid limits) and ``_blocks`` (the row-block set-up, the epilogue,
+the split-K finish)."""

@@ -26,7 +26,14 @@ never imports triton, and so that the family can fingerprint this file's text.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.kernels.triton._blocks import arrive_last, row_epilogue_terms, store_out
+from matprobe.kernels.triton._blocks import (
+    arrive_last,
+    block_outputs,
+    row_block,
+    row_epilogue_terms,
+    row_ptrs,
+    store_out,
+)
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -55,13 +62,7 @@ def attn_scores_kernel(  # type: ignore[no-untyped-def]
     BLOCK_N: tl.constexpr,  # noqa: N803
     BLOCK_K: tl.constexpr,  # noqa: N803
 ) -> None:
-    pid_n = tl.program_id(0)
-    # Batch and row bases in int64: batch · n · k may pass 2**31 elements.
-    pid_b = tl.program_id(1).to(tl.int64)
-    row0 = pid_n * BLOCK_N
-    rows = tl.arange(0, BLOCK_N)  # local to the block: small int32 offsets
-    offs_n = row0 + rows
-    mask_n = offs_n < n
+    pid_b, row0, rows, offs_n, mask_n = row_block(n, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
 
     # Epilogue operands first: their loads overlap the tile's.
@@ -71,7 +72,7 @@ def attn_scores_kernel(  # type: ignore[no-untyped-def]
     )  # fmt: skip
 
     q_base = q_ptr + pid_b * stride_qb
-    k_rows = k_ptr + pid_b * stride_kb + row0.to(tl.int64) * stride_kn + rows[:, None] * stride_kn
+    k_rows = row_ptrs(k_ptr, pid_b, row0, rows, stride_kb, stride_kn)
     if K <= BLOCK_K:
         # The whole head_dim in one tile: one load of K rows, one of q, one reduction.
         if K == BLOCK_K:
@@ -141,8 +142,7 @@ def attn_values_kernel(  # type: ignore[no-untyped-def]
     pid_n = tl.program_id(0)
     pid_s = tl.program_id(1)
     pid_b = tl.program_id(2).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < N
+    _, cols, offs_n, mask_n = block_outputs(pid_n, N, BLOCK_N)
     row0 = pid_s * BLOCK_K
     rows = tl.arange(0, BLOCK_K)
     mask_k = (row0 + rows) < k
@@ -180,7 +180,6 @@ def attn_values_kernel(  # type: ignore[no-untyped-def]
         store_out(acc, c0_term, bias_term, alpha, out_ptrs, mask_n, MASK_N)
     else:
         slot = pid_b * tl.cdiv(N, BLOCK_N) + pid_n
-        cols = tl.arange(0, BLOCK_N)
         ws_slot = ws_ptr + slot * (SPLIT_P2 * BLOCK_N)
         tl.store(ws_slot + pid_s * BLOCK_N + cols, acc)
         if arrive_last(cnt_ptr + slot, split):

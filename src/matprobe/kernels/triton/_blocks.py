@@ -7,7 +7,8 @@
   shape; for one output row (every GEMV) :func:`row_epilogue_terms` and
   :func:`epilogue_store` build the pointers from the batch index and strides.
 * The row-block set-up of a GEMV program (m = 1, W stored ``[batch, rows, k]``):
-  :func:`row_block` — which batch and which BLOCK_N outputs — and
+  :func:`row_block` — which batch and which BLOCK_N outputs (:func:`block_outputs`,
+  which a split-K grid, batch on axis 2, calls itself) — and
   :func:`row_ptrs` / :func:`rows_below`, the int64 row pointers of an operand
   (the quants, the scales, a stacked half).
 * :func:`silu_mul`, SwiGLU's activation in fp32 (the SwiGLU and decode kernels').
@@ -141,17 +142,27 @@ def take_sums(ws_ptrs, mask):  # type: ignore[no-untyped-def]
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
-def row_block(n, BLOCK_N: tl.constexpr):  # type: ignore[no-untyped-def]  # noqa: N803
-    """This program's outputs of a row-blocked GEMV launched on a (cdiv(n, BLOCK_N),
-    batch) grid: ``(pid_b, row0, rows, offs_n, mask_n)`` — the batch index in int64
-    (batch and row bases pass 2**31 elements for a large LM head), the first row,
-    ``arange(BLOCK_N)``, the output indices and which of them are below ``n``."""
-    pid_n = tl.program_id(0)
-    pid_b = tl.program_id(1).to(tl.int64)
+def block_outputs(pid_n, n, BLOCK_N: tl.constexpr):  # type: ignore[no-untyped-def]  # noqa: N803
+    """The outputs of block ``pid_n`` of BLOCK_N: ``(row0, rows, offs_n, mask_n)`` —
+    the first, ``arange(BLOCK_N)`` (small int32 offsets local to the block), the
+    output indices and which of them are below ``n``."""
     row0 = pid_n * BLOCK_N
     rows = tl.arange(0, BLOCK_N)
     offs_n = row0 + rows
-    return pid_b, row0, rows, offs_n, offs_n < n
+    return row0, rows, offs_n, offs_n < n
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def row_block(n, BLOCK_N: tl.constexpr):  # type: ignore[no-untyped-def]  # noqa: N803
+    """This program's outputs of a row-blocked GEMV launched on a (cdiv(n, BLOCK_N),
+    batch) grid: ``(pid_b, row0, rows, offs_n, mask_n)`` — the batch index in int64
+    (batch and row bases pass 2**31 elements for a large LM head), then
+    :func:`block_outputs`. (A split-K grid, batch on axis 2, reads its program ids
+    itself and calls :func:`block_outputs`.)"""
+    pid_n = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    row0, rows, offs_n, mask_n = block_outputs(pid_n, n, BLOCK_N)
+    return pid_b, row0, rows, offs_n, mask_n
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]

@@ -1,6 +1,8 @@
-"""What every Triton family's wrapper does the same way: parameter checks, the
-interpreter/compiled mode check, operand checks that name the operand, and the
-epilogue operands (C₀ and bias, or a never-read placeholder pointer).
+"""What every Triton family's wrapper does the same way: its declaration
+(:func:`triton_family`), parameter checks (:func:`tile_reason`), the
+interpreter/compiled mode check, operand checks that name the operand, the
+epilogue operands (C₀ and bias, or a never-read placeholder pointer) and a row
+GEMV's launch arguments (:func:`row_strides`, :func:`epilogue_args`).
 
 Importing this module imports neither triton nor torch.
 """
@@ -15,10 +17,14 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from matprobe.errors import MatprobeError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
 
     from matprobe.measure.device import DeviceInfo
     from matprobe.measure.inputs import MatmulInputs
+    from matprobe.measure.variants import Builder, VariantFamily
+    from matprobe.spec import MatmulSpec
 
 #: Beyond this many weight elements (batch·n·k) the interpreter takes minutes.
 INTERPRETER_MAX_ELEMENTS = 2**22
@@ -34,8 +40,24 @@ MAX_GRID_YZ = 65535
 DEFAULT_SM_COUNT = 132
 
 
+#: A matmul with the shared epilogue (bias, alpha, beta·C0): the ops the GEMV and
+#: GEMM families take.
+MATMUL_OPS = frozenset({"matmul", "matmul_bias_add", "matmul_alpha_beta"})
+
+
 def sm_count(device: DeviceInfo) -> int:
     return device.sm_count or DEFAULT_SM_COUNT
+
+
+def triton_family(**declared: Any) -> Callable[[Builder], VariantFamily]:
+    """``variant_family`` for a family of this package: every one runs on CUDA, or
+    on the CPU in Triton's interpreter, and needs triton and torch; ``declared`` is
+    the rest of its declaration (name, ops, supports, grid, dtypes, …)."""
+    from matprobe.measure.variants import variant_family
+
+    return variant_family(
+        devices=("cuda", "cpu"), requires=("triton", "torch"), interpreted_on_cpu=True, **declared
+    )
 
 
 # ---- split-K planning -----------------------------------------------------------------
@@ -104,6 +126,25 @@ def is_pow2(value: object) -> TypeGuard[int]:
         and value > 0
         and value & (value - 1) == 0
     )
+
+
+def tile_reason(
+    bn: Any, bk: Any, warps: Any, *, min_bn: int = 1, min_bk: int = 16, bk_note: str = ""
+) -> str | None:
+    """Why ``bn`` outputs × ``bk`` of K over ``warps`` warps is not a tile a Triton
+    kernel can take (None: it is): each a power of two — bn at least ``min_bn``,
+    bk at least ``min_bk`` (``bk_note`` says why, where a family has a reason) —
+    at most 32 warps, and within Triton's block limit."""
+    if not is_pow2(bn) or bn < min_bn:
+        least = f" >= {min_bn}" if min_bn > 1 else ""
+        return f"bn={bn!r}: BLOCK_N must be a power of two{least}"
+    if not is_pow2(bk) or bk < min_bk:
+        return f"bk={bk!r}: BLOCK_K must be a power of two >= {min_bk}{bk_note}"
+    if not is_pow2(warps) or warps > 32:
+        return f"w={warps!r}: num_warps must be a power of two <= 32"
+    if bn * bk > MAX_TILE_ELEMENTS:
+        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    return None
 
 
 def interpreter_too_large(device: DeviceInfo, batch: int, n: int, k: int) -> str | None:
@@ -238,6 +279,67 @@ def row_gemv_operands(
     if where.type == "cuda":
         check_current_device(name, where)
     return x, w, c0, bias
+
+
+@dataclass(frozen=True)
+class RowGemv:
+    """What a row GEMV family's builder reads off its spec once: ``batch`` entries of
+    ``n`` outputs over ``k``, the dtype, the device, which epilogue operands it
+    reads and W's layout (``tb``: ``[batch, n, k]``); :meth:`operands` checks a
+    call's tensors against them."""
+
+    name: str
+    batch: int
+    n: int
+    k: int
+    dtype: Any
+    where: Any
+    has_c0: bool
+    has_bias: bool
+    tb: bool
+
+    @property
+    def epilogue_constants(self) -> dict[str, bool]:
+        """The kernels' epilogue flags: ``HAS_C0``, ``HAS_BIAS``."""
+        return {"HAS_C0": self.has_c0, "HAS_BIAS": self.has_bias}
+
+    def operands(self, inputs: MatmulInputs, out: Any) -> tuple[Any, Any, Any, Any]:
+        """(x, W, C₀, bias) of a call, checked (:func:`row_gemv_operands`)."""
+        return row_gemv_operands(
+            self.name, inputs, out, batch=self.batch, n=self.n, k=self.k, dtype=self.dtype,
+            where=self.where, has_c0=self.has_c0, has_bias=self.has_bias, tb=self.tb,
+        )  # fmt: skip
+
+
+def row_gemv(name: str, kernel: Any, spec: MatmulSpec, device: DeviceInfo) -> RowGemv:
+    """The start of a row GEMV builder (m = 1, W stored as the spec says): the
+    kernel's mode checked (:func:`check_mode`), then what it reads off ``spec``."""
+    from matprobe.measure.inputs import shapes, torch_dtype
+
+    check_mode(name, kernel, device)
+    batch, _, n = shapes(spec)["out"]
+    return RowGemv(
+        name, batch, n, spec.k or 0, torch_dtype(spec.dtype or "f32"), target(device),
+        spec.reads_c0, spec.has_bias, bool(spec.tB),
+    )  # fmt: skip
+
+
+def row_strides(x: Any, w: Any) -> tuple[int, ...]:
+    """x's batch and K strides, then W's three (either layout): the operands' launch
+    arguments of a row GEMV kernel (x ``[batch, 1, k]``), in the kernels' order."""
+    return (x.stride(0), x.stride(2), w.stride(0), w.stride(1), w.stride(2))
+
+
+def epilogue_args(inputs: MatmulInputs, c0: Any, bias: Any, out: Any) -> tuple[Any, ...]:
+    """The epilogue's launch arguments of a row GEMV kernel (``[batch, 1, n]``
+    outputs), in the order of ``_blocks.epilogue_store``: C0's batch and column
+    strides, the bias's, out's, then alpha and beta."""
+    return (
+        c0.stride(0), c0.stride(-1),
+        bias.stride(-1),
+        out.stride(0), out.stride(2),
+        float(inputs.alpha), float(inputs.beta),
+    )  # fmt: skip
 
 
 # ---- programmatic dependent launch -------------------------------------------------

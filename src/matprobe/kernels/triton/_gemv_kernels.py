@@ -13,7 +13,19 @@ never imports triton, and so that the family can fingerprint this file's text.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.kernels.triton._blocks import epilogue_store
+from matprobe.kernels.triton._blocks import epilogue_store, row_block, row_ptrs
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def masked_tiles(x_base, w_rows, ks, k, mask_n, stride_xk, stride_wk):  # type: ignore[no-untyped-def]
+    """``(x, w)`` in fp32 at K indices ``ks``: x's ``[len(ks)]`` and the rows'
+    ``[BLOCK_N, len(ks)]`` tile, zeros past ``k`` and on the rows ``mask_n``
+    leaves out — a ragged K tile, unrolled or in the K loop."""
+    mask_k = ks < k
+    x = tl.load(x_base + ks * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
+    w = tl.load(w_rows + ks[None, :] * stride_wk, mask=mask_n[:, None] & mask_k[None, :],
+                other=0.0).to(tl.float32)  # fmt: skip
+    return x, w
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -47,18 +59,11 @@ def gemv_nt_kernel(  # type: ignore[no-untyped-def]
     UNROLL: tl.constexpr,  # noqa: N803 - unroll the K loop so every tile's loads issue up front
     PDL: tl.constexpr = False,  # noqa: N803 - launched with programmatic dependent launch
 ) -> None:
-    pid_n = tl.program_id(0)
-    # Batch and row-block bases in int64: batch · n · k may pass 2**31 elements.
-    pid_b = tl.program_id(1).to(tl.int64)
-    row0 = pid_n * BLOCK_N
-    rows = tl.arange(0, BLOCK_N)  # local to the block: small int32 offsets
-    offs_n = row0 + rows
-    mask_n = offs_n < n
+    pid_b, row0, rows, offs_n, mask_n = row_block(n, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
 
     x_base = x_ptr + pid_b * stride_xb
-    w_base = w_ptr + pid_b * stride_wb + row0.to(tl.int64) * stride_wn
-    w_rows = w_base + rows[:, None] * stride_wn
+    w_rows = row_ptrs(w_ptr, pid_b, row0, rows, stride_wb, stride_wn)
 
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     if PDL:
@@ -104,25 +109,12 @@ def gemv_nt_kernel(  # type: ignore[no-untyped-def]
                         w_rows + ks[None, :] * stride_wk, mask=mask_n[:, None], other=0.0
                     ).to(tl.float32)
             else:
-                mask_k = ks < k
-                x = tl.load(x_base + ks * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
-                w = tl.load(
-                    w_rows + ks[None, :] * stride_wk,
-                    mask=mask_n[:, None] & mask_k[None, :],
-                    other=0.0,
-                ).to(tl.float32)
+                x, w = masked_tiles(x_base, w_rows, ks, k, mask_n, stride_xk, stride_wk)
             acc2 += w * x[None, :]
         acc = tl.sum(acc2, axis=1)
     else:
         for k0 in range(0, k, BLOCK_K):
-            ks = k0 + offs_k
-            mask_k = ks < k
-            x = tl.load(x_base + ks * stride_xk, mask=mask_k, other=0.0).to(tl.float32)
-            w = tl.load(
-                w_rows + ks[None, :] * stride_wk,
-                mask=mask_n[:, None] & mask_k[None, :],
-                other=0.0,
-            ).to(tl.float32)
+            x, w = masked_tiles(x_base, w_rows, k0 + offs_k, k, mask_n, stride_xk, stride_wk)
             acc += tl.sum(w * x[None, :], axis=1)
 
     epilogue_store(

@@ -26,7 +26,13 @@ never imports triton, and so that the family can fingerprint this file's text.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.kernels.triton._blocks import arrive_last, epilogue_store, take_sums
+from matprobe.kernels.triton._blocks import (
+    arrive_last,
+    block_outputs,
+    epilogue_store,
+    row_block,
+    take_sums,
+)
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -63,10 +69,7 @@ def gemv_tn_kernel(  # type: ignore[no-untyped-def]
     pid_s = tl.program_id(1)
     # Batch, row and column bases in int64: batch · k · n may pass 2**31 elements.
     pid_b = tl.program_id(2).to(tl.int64)
-    col0 = pid_n * BLOCK_N
-    cols = tl.arange(0, BLOCK_N)  # local to the block: small int32 offsets
-    offs_n = col0 + cols
-    mask_n = offs_n < n
+    col0, cols, offs_n, mask_n = block_outputs(pid_n, n, BLOCK_N)
     rows = tl.arange(0, BLOCK_K)
     k_start = pid_s * k_chunk
     k_end = tl.minimum(k_start + k_chunk, k)
@@ -132,10 +135,7 @@ def gemv_tn_finalize_kernel(  # type: ignore[no-untyped-def]
     HAS_BIAS: tl.constexpr,  # noqa: N803
     BLOCK_N: tl.constexpr,  # noqa: N803
 ) -> None:
-    pid_n = tl.program_id(0)
-    pid_b = tl.program_id(1).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_n = offs_n < n
+    pid_b, _, _, offs_n, mask_n = row_block(n, BLOCK_N)
     ws_ptrs = ws_ptr + pid_b * n + offs_n
     total = take_sums(ws_ptrs, mask_n)
     epilogue_store(

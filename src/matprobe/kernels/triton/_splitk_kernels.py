@@ -24,7 +24,13 @@ never imports triton, and so that the family can fingerprint this file's text.
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
-from matprobe.kernels.triton._blocks import arrive_last, epilogue_store, take_sums
+from matprobe.kernels.triton._blocks import (
+    arrive_last,
+    block_outputs,
+    epilogue_store,
+    row_block,
+    take_sums,
+)
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -69,10 +75,7 @@ def splitk_partial_kernel(  # type: ignore[no-untyped-def]
     pid_s = tl.program_id(1)
     # Batch, row-block and slice bases in int64: batch · n · k may pass 2**31.
     pid_b = tl.program_id(2).to(tl.int64)
-    row0 = pid_n * BLOCK_N
-    rows = tl.arange(0, BLOCK_N)  # local to the block: small int32 offsets
-    offs_n = row0 + rows
-    mask_n = offs_n < n
+    row0, rows, offs_n, mask_n = block_outputs(pid_n, n, BLOCK_N)
     k_start = pid_s.to(tl.int64) * (TILES * BLOCK_K)
     k_off = k_start  # where this program's window of columns starts
     if K_MODE == 1:
@@ -155,10 +158,7 @@ def splitk_finalize_kernel(  # type: ignore[no-untyped-def]
     BLOCK_R: tl.constexpr,  # noqa: N803 - outputs per program
     BLOCK_S: tl.constexpr,  # noqa: N803 - slices loaded at once
 ) -> None:
-    pid_r = tl.program_id(0)
-    pid_b = tl.program_id(1).to(tl.int64)
-    offs_n = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
-    mask_n = offs_n < n
+    pid_b, _, _, offs_n, mask_n = row_block(n, BLOCK_R)
     base = part_ptr + pid_b * stride_pb + offs_n
     if RESET:
         # The atomic workspace [batch, n]: one slice, left zero for the next call.

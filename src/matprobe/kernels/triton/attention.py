@@ -40,12 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
-    MAX_TILE_ELEMENTS,
     interpreter_too_large,
     is_pow2,
-    target,
 )
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -86,19 +84,14 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
             "rows (head_dim, context L) that a few tiles cover; a GEMV/GEMM family fits better"
         )
     bn, bk, warps = params.get("bn"), params.get("bk"), params.get("w")
-    if not is_pow2(bn) or bn < MIN_BLOCK:
-        return f"bn={bn!r}: BLOCK_N must be a power of two >= {MIN_BLOCK}"
-    if not is_pow2(bk) or bk < MIN_BLOCK:
-        return f"bk={bk!r}: BLOCK_K must be a power of two >= {MIN_BLOCK}"
-    if not is_pow2(warps) or warps > 32:
-        return f"w={warps!r}: num_warps must be a power of two <= 32"
-    if bn * bk > MAX_TILE_ELEMENTS:
-        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
-    reason = common.flag_reason(params, "pdl")
+    reason = common.tile_reason(bn, bk, warps, min_bn=MIN_BLOCK, min_bk=MIN_BLOCK)
+    if reason is None:
+        reason = common.flag_reason(params, "pdl")
     if reason is None and params.get("pdl"):
         reason = _pdl_unsupported(spec, device)
     if reason is not None:
         return reason
+    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
     tile = block(bn, n) * block(bk, k)  # the blocks this spec actually gets
     if tile > MAX_PER_THREAD * 32 * warps:
         return (
@@ -125,107 +118,76 @@ def _pdl_unsupported(spec: MatmulSpec, device: DeviceInfo) -> str | None:
     return None
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
     # Any small batched GEMV, not only attention: the tB=0 kernel (one tile a
     # program, split-K finished by the last program) also serves the fused QKV
     # projection (n=1152, k=896, W stored [k, n]) better than a K-walking loop.
-    ops={"matmul_alpha_beta", "matmul", "matmul_bias_add"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS,
     supports=_supports,
     # H100 sweep (BENCHMARKS.md): bn64 never won; bk1024 (no split) wins at L ≥ 130.
     # pdl=1 applies to the QKV projection only (see _pdl_unsupported).
     grid={"bn": (16, 32), "bk": (64, 1024), "w": (4,), "pdl": (0, 1)},
     early_launch_param="pdl",  # pdl=1: programmatic dependent launch
     dtypes=("f32", "f16", "bf16"),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def ATTN_BMV(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 ) -> KernelFn:
     """Batched strided GEMV for attention (m=1): all heads in one launch, either B layout."""
 
-    import torch
-
     from matprobe.kernels.triton._attention_kernels import (
         attn_scores_kernel,
         attn_values_kernel,
     )
-    from matprobe.measure.inputs import shapes, torch_dtype
 
-    tb = bool(spec.tB)
-    kernel = attn_scores_kernel if tb else attn_values_kernel
-    common.check_mode(NAME, kernel, device)
-    dims = shapes(spec)
-    batch, _, n = dims["out"]
-    k = dims["a"][1] if spec.tA else dims["a"][2]
-    dtype = torch_dtype(spec.dtype or "f32")
-    where = target(device)
+    kernel = attn_scores_kernel if spec.tB else attn_values_kernel
+    row = common.row_gemv(NAME, kernel, spec, device)
+    batch, n, k = row.batch, row.n, row.k
     block_n = block(int(params["bn"]), n)
     block_k = block(int(params["bk"]), k)
-    has_c0, has_bias = spec.reads_c0, spec.has_bias
     constants: dict[str, Any] = {
-        "HAS_C0": has_c0,
-        "HAS_BIAS": has_bias,
+        **row.epilogue_constants,
         "BLOCK_N": block_n,
         "BLOCK_K": block_k,
         "num_warps": int(params["w"]),
     }
     n_blocks = -(-n // block_n)
-    if tb:
+    if row.tb:
         launch = kernel[(n_blocks, batch)]
         constants["K"] = k
-        extra: tuple[Any, ...] = ()
+        sizes: tuple[Any, ...] = (n,)  # the scores kernel's arguments after the operands
     else:
         split = -(-k // block_k)
-        split_p2 = _next_pow2(split)
         launch = kernel[(n_blocks, split, batch)]
-        constants["N"] = n
-        constants["SPLIT_P2"] = split_p2
-        constants["MASK_N"] = n % block_n != 0
+        constants.update(N=n, SPLIT_P2=_next_pow2(split), MASK_N=n % block_n != 0)
         if params.get("pdl"):
             constants.update(common.PDL_CONSTANTS)
-        # Split-K state, allocated once here and reused by every run: partials
-        # (only read when split > 1) and arrival counters that the kernel's last
-        # program for each block sets back to 0.
-        slots = batch * n_blocks
-        workspace = torch.empty(
-            (slots * split_p2 * block_n if split > 1 else 1,), dtype=torch.float32, device=where
-        )
-        counters = torch.zeros((slots,), dtype=torch.int32, device=where)
-        extra = (workspace, counters, k, split)
+        sizes = (*_split_state(batch * n_blocks, split, block_n, row.where), k, split)
 
     def run(inputs: MatmulInputs, out: Any) -> None:
-        a, b, c0, bias = common.row_gemv_operands(
-            NAME, inputs, out, batch=batch, n=n, k=k, dtype=dtype, where=where,
-            has_c0=has_c0, has_bias=has_bias, tb=tb,
+        a, b, c0, bias = row.operands(inputs, out)
+        launch(
+            a, b, c0, bias, out, *sizes,
+            *common.row_strides(a, b),
+            *common.epilogue_args(inputs, c0, bias, out),
+            **constants,
         )  # fmt: skip
-        if tb:
-            launch(
-                a, b, c0, bias, out,
-                n,
-                a.stride(0), a.stride(2),
-                b.stride(0), b.stride(1), b.stride(2),
-                c0.stride(0), c0.stride(-1),
-                bias.stride(-1),
-                out.stride(0), out.stride(2),
-                float(inputs.alpha), float(inputs.beta),
-                **constants,
-            )  # fmt: skip
-        else:
-            launch(
-                a, b, c0, bias, out, *extra,
-                a.stride(0), a.stride(2),
-                b.stride(0), b.stride(1), b.stride(2),
-                c0.stride(0), c0.stride(-1),
-                bias.stride(-1),
-                out.stride(0), out.stride(2),
-                float(inputs.alpha), float(inputs.beta),
-                **constants,
-            )  # fmt: skip
 
     return run
+
+
+def _split_state(slots: int, split: int, block_n: int, where: Any) -> tuple[Any, Any]:
+    """The values kernel's split-K state for ``slots`` (head, column block) pairs,
+    allocated once by the builder and reused by every run: the fp32 partials (only
+    read when ``split`` > 1) and the arrival counters, which the last program of
+    each block sets back to 0."""
+    import torch
+
+    partials = slots * _next_pow2(split) * block_n if split > 1 else 1
+    workspace = torch.empty((partials,), dtype=torch.float32, device=where)
+    counters = torch.zeros((slots,), dtype=torch.int32, device=where)
+    return workspace, counters
 
 
 FAMILIES: tuple[VariantFamily, ...] = (ATTN_BMV,)

@@ -23,12 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
-    MAX_TILE_ELEMENTS,
     interpreter_too_large,
-    is_pow2,
     target,
 )
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
@@ -64,14 +62,8 @@ class DecodeTile:
 def tile_problem(tile: DecodeTile, *, k: int, swiglu: bool, quantized: bool) -> str | None:
     """Why ``tile`` cannot run a k-long row (None: it can)."""
     bn, bk, warps = tile.bn, tile.bk, tile.warps
-    if not is_pow2(bn):
-        return f"bn={bn!r}: BLOCK_N must be a power of two"
-    if not is_pow2(bk) or bk < Q8_0_BLOCK:
-        return f"bk={bk!r}: BLOCK_K must be a power of two >= {Q8_0_BLOCK}"
-    if not is_pow2(warps) or warps > 32:
-        return f"w={warps!r}: num_warps must be a power of two <= 32"
-    if bn * bk > MAX_TILE_ELEMENTS:
-        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    if (reason := common.tile_reason(bn, bk, warps, min_bk=Q8_0_BLOCK)) is not None:
+        return reason
     tiles = 2 if swiglu else 1
     if tiles * bn * bk > MAX_PER_THREAD * 32 * warps:
         return (
@@ -157,17 +149,14 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     return problem or interpreter_too_large(device, 1, spec.n_total or 0, k)
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
-    ops={"matmul", "matmul_bias_add", "matmul_alpha_beta", "matmul_swiglu"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS | {"matmul_swiglu"},
     supports=_supports,
     # bn 4 first: the CPU validates a family's first grid point, and the
     # interpreter's cost is per program (4 rows a program: a quarter of bn 1's).
     grid={"bn": (4, 2, 1), "bk": (512, 1024), "w": (4, 8)},
     dtypes=("f16", "bf16", "q8_0"),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def GEMV_DECODE(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo

@@ -35,7 +35,7 @@ from matprobe.kernels.triton._common import (
     is_pow2,
     target,
 )
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import DTYPE_BYTES, MatmulSpec
 
 if TYPE_CHECKING:
@@ -100,15 +100,12 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     return None
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
-    ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS,
     supports=_supports,
     grid={"bm": (64, 128), "bn": (64, 128), "bk": (64,), "w": (4,), "s": (3,)},
     dtypes=("f32", "f16", "bf16"),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def GEMM(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo

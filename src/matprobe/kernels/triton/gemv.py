@@ -21,12 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
-    MAX_TILE_ELEMENTS,
     interpreter_too_large,
     is_pow2,
-    target,
 )
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -54,14 +52,9 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     if not spec.tB:
         return "needs tB=1: W stored [n, k]"
     bn, bk, warps = params.get("bn"), params.get("bk"), params.get("w")
-    if not is_pow2(bn):
-        return f"bn={bn!r}: BLOCK_N must be a power of two"
-    if not is_pow2(bk) or bk < 16:
-        return f"bk={bk!r}: BLOCK_K must be a power of two >= 16"
-    if not is_pow2(warps) or warps > 32:
-        return f"w={warps!r}: num_warps must be a power of two <= 32"
-    if bn * bk > MAX_TILE_ELEMENTS:
-        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    if (reason := common.tile_reason(bn, bk, warps)) is not None:
+        return reason
+    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
     if bn * bk > MAX_PER_THREAD * 32 * warps:
         return (
             f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
@@ -96,10 +89,9 @@ def _pdl_unsupported(spec: MatmulSpec, bk: int, device: DeviceInfo) -> str | Non
     return None
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
-    ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS,
     supports=_supports,
     # Measured on H100 (BENCHMARKS.md): 1–2 rows a program with K in 1024-wide
     # tiles win without PDL (bn1 w8 on the long-K down projection); with
@@ -108,8 +100,6 @@ def _pdl_unsupported(spec: MatmulSpec, bk: int, device: DeviceInfo) -> str | Non
     grid={"bn": (1, 2, 8), "bk": (1024, 8192), "w": (4, 8), "pdl": (0, 1)},
     early_launch_param="pdl",  # pdl=1: programmatic dependent launch
     dtypes=("f32", "f16", "bf16"),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def GEMV_NT(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
@@ -117,22 +107,15 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
     """Plain Triton GEMV: BLOCK_N rows of W [n, k] per program, K in BLOCK_K tiles, fp32 sums."""
 
     from matprobe.kernels.triton._gemv_kernels import gemv_nt_kernel
-    from matprobe.measure.inputs import shapes, torch_dtype
 
-    common.check_mode(NAME, gemv_nt_kernel, device)
-    dims = shapes(spec)
-    batch, _, n = dims["out"]
-    k = dims["b"][2]
-    dtype = torch_dtype(spec.dtype or "f32")
-    where = target(device)
+    row = common.row_gemv(NAME, gemv_nt_kernel, spec, device)
+    n, k = row.n, row.k
     bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
     pdl = bool(params.get("pdl", 0))
-    has_c0, has_bias = spec.reads_c0, spec.has_bias
-    launch = gemv_nt_kernel[(-(-n // bn), batch)]
+    launch = gemv_nt_kernel[(-(-n // bn), row.batch)]
     k_tiles = -(-k // bk)
     constants: dict[str, Any] = {
-        "HAS_C0": has_c0,
-        "HAS_BIAS": has_bias,
+        **row.epilogue_constants,
         "BLOCK_N": bn,
         "BLOCK_K": bk,
         "K_TILES": k_tiles,
@@ -146,18 +129,12 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
         constants.update(common.PDL_CONSTANTS)
 
     def run(inputs: MatmulInputs, out: Any) -> None:
-        x, w, c0, bias = common.row_gemv_operands(
-            NAME, inputs, out, batch=batch, n=n, k=k, dtype=dtype, where=where,
-            has_c0=has_c0, has_bias=has_bias)  # fmt: skip
+        x, w, c0, bias = row.operands(inputs, out)
         launch(
             x, w, c0, bias, out,
             n, k,
-            x.stride(0), x.stride(2),
-            w.stride(0), w.stride(1), w.stride(2),
-            c0.stride(0), c0.stride(-1),
-            bias.stride(-1),
-            out.stride(0), out.stride(2),
-            float(inputs.alpha), float(inputs.beta),
+            *common.row_strides(x, w),
+            *common.epilogue_args(inputs, c0, bias, out),
             **constants,
         )  # fmt: skip
 

@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
-    MAX_TILE_ELEMENTS,
     interpreter_too_large,
     is_pow2,
     target,
 )
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
@@ -48,14 +47,10 @@ def q8_gemv_reason(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceIn
     if k % Q8_0_BLOCK:
         return f"Q8_0 needs k a multiple of {Q8_0_BLOCK}, got k={k}"
     bn, bk, warps = params.get("bn"), params.get("bk"), params.get("w")
-    if not is_pow2(bn):
-        return f"bn={bn!r}: BLOCK_N must be a power of two"
-    if not is_pow2(bk) or bk < Q8_0_BLOCK:
-        return f"bk={bk!r}: BLOCK_K must be a power of two >= {Q8_0_BLOCK} (whole blocks)"
-    if not is_pow2(warps) or warps > 32:
-        return f"w={warps!r}: num_warps must be a power of two <= 32"
-    if bn * bk > MAX_TILE_ELEMENTS:
-        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    reason = common.tile_reason(bn, bk, warps, min_bk=Q8_0_BLOCK, bk_note=" (whole blocks)")
+    if reason is not None:
+        return reason
+    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
     if bn * bk > MAX_PER_THREAD * 32 * warps:
         return (
             f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
@@ -125,25 +120,19 @@ def q8_gemv_launcher(
             x.stride(0), x.stride(2),
             q.stride(0), q.stride(1),
             d.stride(0), d.stride(1),
-            c0.stride(0), c0.stride(-1),
-            bias.stride(-1),
-            out.stride(0), out.stride(2),
-            float(inputs.alpha), float(inputs.beta),
+            *common.epilogue_args(inputs, c0, bias, out),
             **constants,
         )  # fmt: skip
 
     return run
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
-    ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS,
     supports=_supports,
     grid={"bn": (1, 2, 4), "bk": (512, 1024), "w": (4, 8), "blk": (0, 1)},
     dtypes=("q8_0",),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def GEMV_Q8(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton.gemv_q8 import q8_gemv_launcher, q8_gemv_reason
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -37,15 +37,12 @@ ACTIVATION_QUANT = "int8_block32"
 KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_q8_int8dot_kernels.py")
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
-    ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS,
     supports=q8_gemv_reason,
     grid={"bn": (1, 2, 4), "bk": (512, 1024), "w": (4, 8)},
     dtypes=("q8_0",),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
     activation_quant=ACTIVATION_QUANT,
 )
 def GEMV_Q8_INT8DOT(  # noqa: N802 - the family is a module constant

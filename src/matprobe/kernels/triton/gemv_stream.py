@@ -30,9 +30,8 @@ from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
     interpreter_too_large,
     is_pow2,
-    target,
 )
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -99,10 +98,9 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     return reason or interpreter_too_large(device, 1, n, k)
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
-    ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS,
     supports=_supports,
     # H100 sweep (BENCHMARKS.md): gate_up bn8_p4_w8_pdl1, down bn2_p2_w8/16_pdl1.
     # pf=1 (L2 prefetch) lost on every shape (gate_up 7.1 → 8.4 µs, the LM head
@@ -110,8 +108,6 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     grid={"bn": (2, 8), "p": (2, 4), "w": (8,), "pdl": (0, 1), "pf": (0,)},
     early_launch_param="pdl",  # pdl=1: programmatic dependent launch
     dtypes=("f32", "f16", "bf16"),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def GEMV_STREAM(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
@@ -119,22 +115,15 @@ def GEMV_STREAM(  # noqa: N802 - the family is a module constant
     """Persistent Triton GEMV: p programs per SM stream bn-row blocks, x held in registers."""
 
     from matprobe.kernels.triton._gemv_stream_kernels import gemv_stream_kernel
-    from matprobe.measure.inputs import shapes, torch_dtype
 
-    common.check_mode(NAME, gemv_stream_kernel, device)
-    dims = shapes(spec)
-    _, _, n = dims["out"]
-    k = dims["b"][2]
-    dtype = torch_dtype(spec.dtype or "f32")
-    where = target(device)
+    row = common.row_gemv(NAME, gemv_stream_kernel, spec, device)
+    n, k = row.n, row.k
     bn, warps, pdl = int(params["bn"]), int(params["w"]), bool(params["pdl"])
     bk = block_k(k)
     n_blocks = -(-n // bn)
     launch = gemv_stream_kernel[(programs(n_blocks, device.sm_count, int(params["p"])),)]
-    has_c0, has_bias = spec.reads_c0, spec.has_bias
     constants: dict[str, Any] = {
-        "HAS_C0": has_c0,
-        "HAS_BIAS": has_bias,
+        **row.epilogue_constants,
         "BLOCK_N": bn,
         "BLOCK_K": bk,
         "EVEN_K": k == bk,
@@ -143,13 +132,11 @@ def GEMV_STREAM(  # noqa: N802 - the family is a module constant
     if pdl:
         constants.update(common.PDL_CONSTANTS)
     if params.get("pf", 0):
-        line_elems = 128 // dtype.itemsize  # elements in one 128-byte line
+        line_elems = 128 // row.dtype.itemsize  # elements in one 128-byte line
         constants.update(PREFETCH=True, LINE_ELEMS=line_elems, LINES=max(1, bk // line_elems))
 
     def run(inputs: MatmulInputs, out: Any) -> None:
-        x, w, c0, bias = common.row_gemv_operands(
-            NAME, inputs, out, batch=1, n=n, k=k, dtype=dtype, where=where,
-            has_c0=has_c0, has_bias=has_bias)  # fmt: skip
+        x, w, c0, bias = row.operands(inputs, out)
         launch(
             x, w, c0, bias, out,
             n, k, n_blocks,

@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
-    MAX_TILE_ELEMENTS,
     interpreter_too_large,
     is_pow2,
     target,
 )
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
@@ -54,14 +53,9 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     if spec.dtype == "q8_0" and k % Q8_0_BLOCK:
         return f"Q8_0 needs k a multiple of {Q8_0_BLOCK}, got k={k}"
     bn, bk, warps = params.get("bn"), params.get("bk"), params.get("w")
-    if not is_pow2(bn):
-        return f"bn={bn!r}: BLOCK_N must be a power of two"
-    if not is_pow2(bk) or bk < Q8_0_BLOCK:
-        return f"bk={bk!r}: BLOCK_K must be a power of two >= {Q8_0_BLOCK}"
-    if not is_pow2(warps) or warps > 32:
-        return f"w={warps!r}: num_warps must be a power of two <= 32"
-    if bn * bk > MAX_TILE_ELEMENTS:
-        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    if (reason := common.tile_reason(bn, bk, warps, min_bk=Q8_0_BLOCK)) is not None:
+        return reason
+    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
     if 2 * bn * bk > MAX_PER_THREAD * 32 * warps:
         return (
             f"two tiles {bn}×{bk} (gate and up) over w={warps} warps are "
@@ -73,17 +67,14 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     return interpreter_too_large(device, spec.batch or 0, spec.n_total or 0, k)
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
     ops={"matmul_swiglu"},
-    devices=("cuda", "cpu"),
     supports=_supports,
     # Two rows (gate and up) per output: bn outputs read 2·bn rows, so bn 1–4
     # spans the 2–8 rows a program of triton.gemv_nt / gemv_q8 wins with.
     grid={"bn": (1, 2, 4), "bk": (512, 1024), "w": (4, 8)},
     dtypes=("f16", "bf16", "q8_0"),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def GEMV_SWIGLU(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo

@@ -36,9 +36,8 @@ from matprobe.kernels.triton._common import (
     interpreter_too_large,
     is_pow2,
     plan_k_split,
-    target,
 )
-from matprobe.measure.variants import KernelFn, VariantFamily, variant_family
+from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -127,86 +126,63 @@ class GemvTNKernel:
             gemv_tn_finalize_kernel,
             gemv_tn_kernel,
         )
-        from matprobe.measure.inputs import shapes, torch_dtype
 
-        common.check_mode(NAME, gemv_tn_kernel, device)
-        dims = shapes(spec)
-        self.batch, _, self.n = dims["out"]
-        self.k = dims["b"][1]
-        self.dtype = torch_dtype(spec.dtype or "f32")
-        self.where = target(device)
-        self.has_c0, self.has_bias = spec.reads_c0, spec.has_bias
+        self.row = row = common.row_gemv(NAME, gemv_tn_kernel, spec, device)
         bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
         fin = params.get("fin", "last")
-        n_blocks = -(-self.n // bn)
+        n_blocks = -(-row.n // bn)
         self.splits, self.k_chunk = plan_split(
-            int(params["split"]), n_blocks, self.batch, self.k, bk, device.sm_count
+            int(params["split"]), n_blocks, row.batch, row.k, bk, device.sm_count
         )
         self.mode = 0 if self.splits == 1 else (1 if fin == "last" else 2)
         self.workspace: Any = None
         self.counters: Any = None
         if self.mode:
-            self.workspace = torch.zeros(
-                self.batch * self.n, dtype=torch.float32, device=self.where
-            )
+            self.workspace = torch.zeros(row.batch * row.n, dtype=torch.float32, device=row.where)
         if self.mode == 1:
-            self.counters = torch.zeros(self.batch * n_blocks, dtype=torch.int32, device=self.where)
-        self._launch = gemv_tn_kernel[(n_blocks, self.splits, self.batch)]
+            self.counters = torch.zeros(row.batch * n_blocks, dtype=torch.int32, device=row.where)
+        self._launch = gemv_tn_kernel[(n_blocks, self.splits, row.batch)]
         self._constants: dict[str, Any] = {
-            "HAS_C0": self.has_c0,
-            "HAS_BIAS": self.has_bias,
+            **row.epilogue_constants,
             "MODE": self.mode,
             "BLOCK_N": bn,
             "BLOCK_K": bk,
             "num_warps": warps,
         }
-        self._finalize = gemv_tn_finalize_kernel[(-(-self.n // FINALIZE_BLOCK_N), self.batch)]
+        self._finalize = gemv_tn_finalize_kernel[(-(-row.n // FINALIZE_BLOCK_N), row.batch)]
 
     def __call__(self, inputs: MatmulInputs, out: Any) -> None:
-        batch, n, k, dtype, where = self.batch, self.n, self.k, self.dtype, self.where
-        x, w, c0, bias = common.row_gemv_operands(
-            NAME, inputs, out, batch=batch, n=n, k=k, dtype=dtype, where=where,
-            has_c0=self.has_c0, has_bias=self.has_bias, tb=False,
-        )  # fmt: skip
+        n, k = self.row.n, self.row.k
+        x, w, c0, bias = self.row.operands(inputs, out)
         # Unused pointers get a valid placeholder the kernel never touches.
         ws = out if self.workspace is None else self.workspace
         counters = ws if self.counters is None else self.counters
-        alpha, beta = float(inputs.alpha), float(inputs.beta)
+        epilogue = common.epilogue_args(inputs, c0, bias, out)
         self._launch(
             x, w, c0, bias, out, ws, counters,
             n, k, self.k_chunk,
-            x.stride(0), x.stride(2),
-            w.stride(0), w.stride(1), w.stride(2),
-            c0.stride(0), c0.stride(-1),
-            bias.stride(-1),
-            out.stride(0), out.stride(2),
-            alpha, beta,
+            *common.row_strides(x, w),
+            *epilogue,
             **self._constants,
         )  # fmt: skip
         if self.mode == 2:
             self._finalize(
                 ws, c0, bias, out,
                 n,
-                c0.stride(0), c0.stride(-1),
-                bias.stride(-1),
-                out.stride(0), out.stride(2),
-                alpha, beta,
-                HAS_C0=self.has_c0, HAS_BIAS=self.has_bias, BLOCK_N=FINALIZE_BLOCK_N,
+                *epilogue,
+                **self.row.epilogue_constants, BLOCK_N=FINALIZE_BLOCK_N,
                 num_warps=4,
             )  # fmt: skip
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
-    ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS,
     supports=_supports,
     # H100 sweep (BENCHMARKS.md): bk64 with bn32/bn128 led; no split wins for
     # short contexts, the automatic split for QKV and long ones.
     grid={"bn": (32, 128), "bk": (64,), "split": (1, 0), "w": (4,), "fin": ("last",)},
     dtypes=("f32", "f16", "bf16"),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def GEMV_TN(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo

@@ -50,14 +50,12 @@ from matprobe.kernels.triton import _common as common
 from matprobe.kernels.triton._common import (
     DEFAULT_SM_COUNT,
     MAX_GRID_YZ,
-    MAX_TILE_ELEMENTS,
     interpreter_too_large,
     is_pow2,
     plan_k_split,
     pow2_up_to,
-    target,
 )
-from matprobe.measure.variants import VariantFamily, variant_family
+from matprobe.measure.variants import VariantFamily
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -151,14 +149,9 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         return f"mode={mode!r}: one of {', '.join(MODES)}"
     if not isinstance(split, int) or isinstance(split, bool) or split < 0:
         return f"split={split!r}: number of K slices must be an integer >= 0 (0 = automatic)"
-    if not is_pow2(bn):
-        return f"bn={bn!r}: BLOCK_N must be a power of two"
-    if not is_pow2(bk) or bk < 16:
-        return f"bk={bk!r}: BLOCK_K must be a power of two >= 16"
-    if not is_pow2(warps) or warps > 32:
-        return f"w={warps!r}: num_warps must be a power of two <= 32"
-    if bn * bk > MAX_TILE_ELEMENTS:
-        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    if (reason := common.tile_reason(bn, bk, warps)) is not None:
+        return reason
+    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
     if batch > MAX_GRID_YZ:
         return f"batch={batch} exceeds the grid's limit of {MAX_GRID_YZ}"
     plan = plan_split(n, k, batch, bn, bk, split, device.sm_count)
@@ -182,22 +175,15 @@ class SplitKGemv:
             splitk_finalize_kernel,
             splitk_partial_kernel,
         )
-        from matprobe.measure.inputs import shapes, torch_dtype
 
-        common.check_mode(NAME, splitk_partial_kernel, device)
-        dims = shapes(spec)
-        self.batch, _, self.n = dims["out"]
-        self.k = dims["b"][2]
-        batch, n, k = self.batch, self.n, self.k
-        self.dtype = torch_dtype(spec.dtype or "f32")
-        self.where = target(device)
+        self.row = row = common.row_gemv(NAME, splitk_partial_kernel, spec, device)
+        batch, n, k = row.batch, row.n, row.k
         self.mode = str(params["mode"])
         bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
         self.plan = plan_split(n, k, batch, bn, bk, int(params["split"]), device.sm_count)
         plan = self.plan
-        self.has_c0, self.has_bias = spec.reads_c0, spec.has_bias
 
-        f32, where = torch.float32, self.where
+        f32, where = torch.float32, row.where
         self.counters: Any = None
         if self.mode == "twopass":
             # Every program writes its rows of its slice: no zeroing needed.
@@ -205,17 +191,15 @@ class SplitKGemv:
         else:
             self.workspace = torch.zeros(batch, n, dtype=f32, device=where)
         if self.mode == "atomic_last":
-            self.counters = torch.zeros(batch, plan.row_blocks, dtype=torch.int32,
-                                        device=self.where)  # fmt: skip
+            self.counters = torch.zeros(batch, plan.row_blocks, dtype=torch.int32, device=where)
         ws = self.workspace
-        chunk = chunk_tiles(plan.tiles, bn, bk, self.dtype.itemsize)
+        chunk = chunk_tiles(plan.tiles, bn, bk, row.dtype.itemsize)
         self._partial = splitk_partial_kernel[(plan.row_blocks, plan.slices, batch)]
         self._partial_args = (n, k, plan.slices)
         self._ws_strides = (ws.stride(0) if self.mode == "twopass" else 0, ws.stride(-2))
         self._partial_constants: dict[str, Any] = {
             "MODE": MODES[self.mode],
-            "HAS_C0": self.has_c0,
-            "HAS_BIAS": self.has_bias,
+            **row.epilogue_constants,
             "BLOCK_N": bn,
             "BLOCK_K": bk,
             "TILES": plan.tiles,
@@ -233,32 +217,22 @@ class SplitKGemv:
             self._finalize = splitk_finalize_kernel[(-(-n // FINALIZE_BLOCK_R), batch)]
         self._finalize_constants: dict[str, Any] = {
             "RESET": self.mode == "atomic",
-            "HAS_C0": self.has_c0,
-            "HAS_BIAS": self.has_bias,
+            **row.epilogue_constants,
             "BLOCK_R": FINALIZE_BLOCK_R,
             "BLOCK_S": block_s,
             "num_warps": 4,
         }
 
     def __call__(self, inputs: MatmulInputs, out: Any) -> None:
-        n = self.n
-        x, w, c0, bias = common.row_gemv_operands(
-            NAME, inputs, out, batch=self.batch, n=n, k=self.k, dtype=self.dtype,
-            where=self.where, has_c0=self.has_c0, has_bias=self.has_bias)  # fmt: skip
+        x, w, c0, bias = self.row.operands(inputs, out)
         ws = self.workspace
         counters = ws if self.counters is None else self.counters
-        epilogue = (
-            c0.stride(0), c0.stride(-1),
-            bias.stride(-1),
-            out.stride(0), out.stride(2),
-            float(inputs.alpha), float(inputs.beta),
-        )  # fmt: skip
+        epilogue = common.epilogue_args(inputs, c0, bias, out)
         try:
             self._partial(
                 x, w, ws, counters, c0, bias, out,
                 *self._partial_args,
-                x.stride(0), x.stride(2),
-                w.stride(0), w.stride(1), w.stride(2),
+                *common.row_strides(x, w),
                 *self._ws_strides,
                 counters.stride(0),
                 *epilogue,
@@ -267,7 +241,7 @@ class SplitKGemv:
             if self._finalize is not None:
                 self._finalize(
                     ws, c0, bias, out,
-                    n, self._finalize_slices,
+                    self.row.n, self._finalize_slices,
                     *self._ws_strides,
                     *epilogue,
                     **self._finalize_constants,
@@ -282,10 +256,9 @@ class SplitKGemv:
             raise
 
 
-@variant_family(
+@common.triton_family(
     name=NAME,
-    ops={"matmul", "matmul_bias_add", "matmul_alpha_beta"},
-    devices=("cuda", "cpu"),
+    ops=common.MATMUL_OPS,
     supports=_supports,
     # The automatic split gives every program 32 KB of fp16 W for bk 256 or
     # 512 alike (bn16: one [16, 1024] load, bn32: one [32, 512] load), so bk
@@ -301,8 +274,6 @@ class SplitKGemv:
         "w": (8,),
     },
     dtypes=("f32", "f16", "bf16"),
-    requires=("triton", "torch"),
-    interpreted_on_cpu=True,
 )
 def GEMV_SPLITK(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
