@@ -31,6 +31,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from matprobe.measure.timing import cuda_event_ms
+
 TokenCall = Callable[[], torch.Tensor]
 Timed = TypeVar("Timed")
 
@@ -71,13 +73,7 @@ def prepare(step: TokenCall, device_kind: str) -> TokenCall:
 
 
 def cuda_time_us(call: TokenCall) -> float:
-    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-    start.record()
-    call()
-    end.record()
-    end.synchronize()
-    return float(start.elapsed_time(end)) * 1000.0
+    return cuda_event_ms(call) * 1000.0
 
 
 @dataclass(frozen=True)
