@@ -19,7 +19,7 @@ from matprobe.report.build import build_report
 from matprobe.report.cells import HEADERS
 from matprobe.report.markdown import render_markdown
 from matprobe.report.model import Report
-from matprobe.report.tables import Column, render_table, wrap, wrap_at
+from matprobe.report.tables import Column, render_table, ruled_table, wrap, wrap_at
 from matprobe.report.text import render_terminal
 from matprobe.run.runner import PairState, Plan, PlannedPair, RunOutcome
 from matprobe.run.store import ResultStore
@@ -166,6 +166,18 @@ def test_a_cell_with_no_break_point_stays_whole_and_keeps_the_table_wider() -> N
     lines = render_table(columns, [["unbreakableidentifier" * 2, "1.25"]], 30).text.splitlines()
     assert "unbreakableidentifier" * 2 in lines[1] and "1.25" in lines[1]
     assert len(lines) == 2
+
+
+def test_a_ruled_table_aligns_its_figures_right_under_a_rule() -> None:
+    """token's modes table: every column as wide as its widest cell, figures right."""
+    text = ruled_table(("mode", "µs", "note"), [["eager", "12.5", "PASS"], ["f", "3", ""]], {1})
+    assert text.split("\n") == [
+        "mode     µs  note",
+        "-----  ----  ----",
+        "eager  12.5  PASS",
+        "f         3",
+    ]
+    assert ruled_table(("a", "bb"), []) == "a  bb\n-  --"  # no rows: the header and rule
 
 
 def test_what_holds_nothing_or_little_is_left_out_and_said() -> None:

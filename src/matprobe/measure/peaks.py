@@ -40,6 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from matprobe.measure.timing import cuda_event_ms
+
 GIB = 2**30
 
 #: L2 size when the device does not say (an H100's is 50 MiB).
@@ -180,16 +182,7 @@ def _median_ms(op: Callable[[], Any], repeats: int, warmup: int = 2) -> float:
     for _ in range(warmup):
         op()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        # torch's stubs leave Event untyped (timing.py is exempt in pyproject; this is not)
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        start.record()
-        op()
-        end.record()
-        end.synchronize()
-        times.append(float(start.elapsed_time(end)))
+    times = [cuda_event_ms(op) for _ in range(repeats)]
     times.sort()
     return times[len(times) // 2]
 

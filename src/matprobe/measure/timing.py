@@ -83,6 +83,20 @@ def calls_per_sample(n_sets: int, policy: TimingPolicy) -> int:
 # ---- CUDA --------------------------------------------------------------------------
 
 
+def cuda_event_ms(call: Callable[[], Any]) -> float:
+    """Device time of one ``call`` (ms), between two CUDA events recorded around it on
+    the current stream; waits for the second."""
+    import torch
+
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    call()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end))
+
+
 def time_host(
     prepare: Callable[[int], None],
     call: Callable[[int], None],

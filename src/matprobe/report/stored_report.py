@@ -119,19 +119,7 @@ def report_from_json(data: Mapping[str, Any]) -> Report:
             unsupported = [(str(u["variant"]), str(u["reason"])) for u in entry["unsupported"]]
             spec = MatmulSpec.from_dict(entry["spec"])
             parts.append(SpecResults(spec, results, unsupported, entry.get("baseline")))
-        policy = data["policy"]
-        report = assemble_report(
-            parts,
-            run_id=int(data["run_id"]),
-            device=DeviceInfo.from_dict(data["device"]),
-            policy=policy_from_dict(policy, str(policy.get("fingerprint", ""))),
-            plan_summary=str(data.get("plan", "")),
-            seconds=float(data.get("seconds") or 0.0),
-            interrupted=bool(data.get("interrupted")),
-            peaks=data.get("peaks"),
-            tokens=data.get("tokens"),
-            peers=peers,
-        )
+        report = assemble_report(parts, run_id=int(data["run_id"]), **_run_of(data), peers=peers)
         report.notes = [str(note) for note in data.get("notes", ())]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise MatprobeError(f"not a matprobe report in JSON ({exc!r})") from None
@@ -157,6 +145,22 @@ def policy_from_dict(data: Mapping[str, Any], fingerprint: str) -> RecordedPolic
     )
 
 
+def _run_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a stored report and a JSON export both say of their run (the device, the
+    policy, the plan, its time, the ceilings, calls per token), as
+    :func:`~matprobe.report.build.assemble_report`'s keywords."""
+    policy = data["policy"]
+    return {
+        "device": DeviceInfo.from_dict(data["device"]),
+        "policy": policy_from_dict(policy, str(policy.get("fingerprint", ""))),
+        "plan_summary": str(data.get("plan", "")),
+        "seconds": float(data.get("seconds") or 0.0),
+        "interrupted": bool(data.get("interrupted")),
+        "peaks": data.get("peaks"),
+        "tokens": data.get("tokens"),
+    }
+
+
 def _from_record(
     store: ResultStore, run: RunRecord, record: Mapping[str, Any], spec_key: str | None
 ) -> Report:
@@ -173,17 +177,10 @@ def _from_record(
             )
             for e, keys in zip(entries, keys_of, strict=True)
         ]
-        policy = record["policy"]
         report = assemble_report(
             parts,
             run_id=run.id,
-            device=DeviceInfo.from_dict(record["device"]),
-            policy=policy_from_dict(policy, str(policy.get("fingerprint", ""))),
-            plan_summary=str(record.get("plan", "")),
-            seconds=float(record.get("seconds") or 0.0),
-            interrupted=bool(record.get("interrupted")),
-            peaks=record.get("peaks"),
-            tokens=record.get("tokens"),
+            **_run_of(record),
             source=str(record.get("source", "")),
             peers=record.get("peers", ()),
         )

@@ -14,13 +14,16 @@ under the cell — never cut. Only a cell with no break point left can keep a ta
 
 Every cell passes :func:`term_safe` before its width is taken: text from a
 profile can neither drive the terminal nor misalign the table.
+
+:func:`ruled_table` is the plain layout of a small table of figures (``token``'s
+modes): numbers aligned right, a rule under the header.
 """
 
 from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from matprobe.safetext import md_safe, term_safe
@@ -41,6 +44,8 @@ class Column:
     #: ``break_rank`` first, the widest first among equals
     breaks: str = ""
     break_rank: int = 0
+    #: cells (and the header) aligned right, as figures are in a ruled table
+    right: bool = False
 
 
 #: The narrowest a breakable column is made, and the indent of a continued cell.
@@ -60,8 +65,10 @@ def render_table(
     rows: Sequence[Sequence[str]],
     width: int | None,
     indent: str = "  ",
+    rule: bool = False,
 ) -> FittedTable:
-    """The table, narrowed to ``width`` as the module says (None: every column)."""
+    """The table, narrowed to ``width`` as the module says (None: every column);
+    with ``rule``, a line of dashes under the header."""
     cells = [[term_safe(c) for c in row] for row in rows]
     for row in cells:
         if len(row) != len(columns):
@@ -82,7 +89,7 @@ def render_table(
     pieces = [[[cell] for cell in row] for row in cells]
     if width is not None:
         _narrow(columns, pieces, keep, width - len(indent) - 2 * (len(keep) - 1))
-    return FittedTable(_lines(columns, pieces, keep, indent), tuple(left_out))
+    return FittedTable(_lines(columns, pieces, keep, indent, rule), tuple(left_out))
 
 
 def _narrow(
@@ -126,6 +133,15 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]], indent: s
     return render_table([Column(h) for h in headers], rows, None, indent).text
 
 
+def ruled_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int] = ()
+) -> str:
+    """Every column, as wide as its widest cell, the columns numbered in ``right``
+    aligned right (figures), a rule under the header, no indent."""
+    columns = [Column(h, right=i in right) for i, h in enumerate(headers)]
+    return render_table(columns, rows, None, indent="", rule=True).text
+
+
 def _empty(cells: Sequence[Sequence[str]], i: int) -> bool:
     return all(row[i] in EMPTY_CELLS for row in cells)
 
@@ -144,20 +160,26 @@ def _width(
 
 def _lines(
     columns: Sequence[Column], pieces: Sequence[Sequence[list[str]]], keep: Sequence[int],
-    indent: str,
+    indent: str, rule: bool = False,
 ) -> str:  # fmt: skip
-    """The header and the rows; a row whose cells were broken takes a line per piece."""
+    """The header (and its rule) and the rows; a row whose cells were broken takes a
+    line per piece."""
     widths = [
         max([len(columns[i].header), *(len(p) for row in pieces for p in row[i])]) for i in keep
     ]
     table = [[columns[i].header for i in keep]]
+    if rule:
+        table.append(["-" * w for w in widths])
     for row in pieces:
         depth = max(len(row[i]) for i in keep)
         table += [[row[i][d] if d < len(row[i]) else "" for i in keep] for d in range(depth)]
-    return "\n".join(
-        (indent + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True))).rstrip()
-        for line in table
-    )
+    right = [columns[i].right for i in keep]
+
+    def joined(line: Sequence[str]) -> str:
+        cells = zip(line, widths, right, strict=True)
+        return (indent + "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in cells)).rstrip()
+
+    return "\n".join(joined(line) for line in table)
 
 
 def wrap(text: str, width: int | None, indent: str = "", hanging: str = "    ") -> list[str]:

@@ -171,21 +171,73 @@ def run_on_slots(
     runner stops the handing out of work and is raised once the others have finished."""
     if not slots:
         raise ValueError("run_on_slots needs at least one slot")
-    events: queue.Queue[tuple[Any, ...]] = queue.Queue()
-    inboxes: list[queue.Queue[Sequence[Task] | None]] = [queue.Queue() for _ in slots]
-    cancel = threading.Event()
     options = {
         **runner_options,
         "cpu_threads": cores_per_slot(len(slots)),
         "measure_peaks": card_peaks,
     }
-    peaks: dict[str, dict[str, Any]] = {}
+    pool = _SlotPool(slots, next_item, on_start, on_result)
+    pool.start(runner, options)
+    try:
+        pool.hand_out()
+    except KeyboardInterrupt:
+        pool.stop_after_interrupt()
+        raise
+    if pool.failure is not None:
+        raise pool.failure
+    return {slot.label: pool.peaks[slot.label] for slot in slots if slot.label in pool.peaks}
 
-    def serve(number: int, slot: DeviceSlot) -> None:
+
+class _SlotPool:
+    """:func:`run_on_slots`'s state: a thread per slot that measures the items put
+    in its inbox, and the calling thread, which hands out items and takes every
+    event the slots put in ``events`` (``("start", slot, task)``, ``("result",
+    slot, task, result)``, ``("failed", slot, exc)``, ``("idle", slot)``: ready for
+    the next item, ``("stopped", slot)``: its thread ends)."""
+
+    def __init__(
+        self,
+        slots: Sequence[DeviceSlot],
+        next_item: NextItem,
+        on_start: Callable[[Task], None],
+        on_result: OnResultAt,
+    ) -> None:
+        self.slots = slots
+        self.next_item = next_item
+        self.on_start = on_start
+        self.on_result = on_result
+        self.events: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self.inboxes: list[queue.Queue[Sequence[Task] | None]] = [queue.Queue() for _ in slots]
+        self.cancel = threading.Event()
+        self.peaks: dict[str, dict[str, Any]] = {}
+        self.threads: list[threading.Thread] = []
+        self.running = 0
+        self.failure: BaseException | None = None
+        self.exhausted = False
+
+    def start(self, runner: Callable[..., None], options: dict[str, Any]) -> None:
+        self.threads = [
+            threading.Thread(
+                target=self._serve,
+                args=(n, slot, runner, options),
+                name=f"matprobe-{slot.label}",
+                daemon=True,
+            )
+            for n, slot in enumerate(self.slots)
+        ]
+        for thread in self.threads:
+            thread.start()
+        self.running = len(self.threads)
+
+    def _serve(
+        self, number: int, slot: DeviceSlot, runner: Callable[..., None], options: dict[str, Any]
+    ) -> None:
+        """A slot's thread: measure each item of its inbox until a None."""
+        events = self.events
         measure, worker = slot_runner(runner, slot, options)
         try:
             while True:
-                item = inboxes[number].get()
+                item = self.inboxes[number].get()
                 if item is None:
                     break
                 try:
@@ -193,7 +245,7 @@ def run_on_slots(
                         item,
                         lambda task: events.put(("start", number, task)),
                         lambda task, result: events.put(("result", number, task, result)),
-                        cancel,
+                        self.cancel,
                     )
                 except BaseException as exc:  # reported to the caller's thread
                     events.put(("failed", number, exc))
@@ -202,61 +254,52 @@ def run_on_slots(
             if worker is not None:
                 worker.close()
                 if worker.peaks is not None:
-                    peaks[slot.label] = worker.peaks
+                    self.peaks[slot.label] = worker.peaks
             events.put(("stopped", number))
 
-    threads = [
-        threading.Thread(target=serve, args=(n, slot), name=f"matprobe-{slot.label}", daemon=True)
-        for n, slot in enumerate(slots)
-    ]
-    for thread in threads:
-        thread.start()
-    running = len(threads)
-    failure: BaseException | None = None
-    exhausted = False
+    def hand_out(self) -> None:
+        """An item to every slot, then one to each that comes back idle, until
+        every slot's thread has stopped."""
+        for number in range(len(self.slots)):
+            self._feed(number)
+        while self.running:
+            self._handle(self.events.get())
 
-    def feed(number: int) -> None:
-        nonlocal exhausted
-        item = None if exhausted or failure is not None else next_item(number)
+    def _feed(self, number: int) -> None:
+        """The slot's next item, or None (it stops) once the work is done or failed."""
+        done = self.exhausted or self.failure is not None
+        item = None if done else self.next_item(number)
         if item is None:
-            exhausted = True
-        inboxes[number].put(item)
+            self.exhausted = True
+        self.inboxes[number].put(item)
 
-    def handle(event: tuple[Any, ...]) -> None:
-        nonlocal running, failure
+    def _handle(self, event: tuple[Any, ...]) -> None:
         kind, number = event[0], event[1]
         if kind == "start":
-            on_start(event[2])
+            self.on_start(event[2])
         elif kind == "result":
-            on_result(event[2], event[3], slots[number])
+            self.on_result(event[2], event[3], self.slots[number])
         elif kind == "failed":
-            failure = failure or event[2]
+            self.failure = self.failure or event[2]
         elif kind == "idle":
-            feed(number)
+            self._feed(number)
         elif kind == "stopped":
-            running -= 1
+            self.running -= 1
 
-    try:
-        for number in range(len(slots)):
-            feed(number)
-        while running:
-            handle(events.get())
-    except KeyboardInterrupt:
-        cancel.set()
-        exhausted = True
-        for inbox in inboxes:
+    def stop_after_interrupt(self) -> None:
+        """Ctrl-C: cancel the slots, wait for their threads (30 s each at most) and
+        hand on the results that arrived meanwhile."""
+        self.cancel.set()
+        self.exhausted = True
+        for inbox in self.inboxes:
             inbox.put(None)
-        for thread in threads:
+        for thread in self.threads:
             thread.join(timeout=30)
         # What finished before the interrupt is stored, never dropped.
-        while not events.empty():
-            event = events.get()
+        while not self.events.empty():
+            event = self.events.get()
             if event[0] == "result":
-                on_result(event[2], event[3], slots[event[1]])
-        raise
-    if failure is not None:
-        raise failure
-    return {slot.label: peaks[slot.label] for slot in slots if slot.label in peaks}
+                self.on_result(event[2], event[3], self.slots[event[1]])
 
 
 def card_peaks_note(peaks: dict[str, dict[str, Any]], used: str) -> str:

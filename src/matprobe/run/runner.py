@@ -383,11 +383,34 @@ def execute(
     for pair in plan.of(PairState.CACHED):
         assert pair.cached is not None
         outcome.results[(pair.spec.key(), pair.variant.id)] = pair.cached
-    # Concurrent runs on one store share the work: pairs are claimed a chunk at a
-    # time, just before they run; a chunk another live run holds is waited for at
-    # the end and taken from the store (or taken over if that run is gone).
-    to_run = [(i, p) for i, p in enumerate(plan.pairs) if p.state is PairState.RUN]
-    earlier = store.get_many([p.key for _, p in to_run if p.key is not None])
+    record = _Recording(outcome, store, device, progress)
+    cards = ray.capacity if ray is not None else len(slots) if slots else 1
+    work = _work_queue(plan, store, run_id, _tasks_of(plan, device, baselines), record, cards)
+    options: dict[str, Any] = {
+        "factory": factory,
+        "plugins": tuple(plugins),
+        "policy": policy,
+        "run_id": run_id,
+        "timeout_s": timeout_s,
+    }
+    executor = executor_for(device, slots, ray, runner, options)
+    try:
+        executor(work, record.on_start, record.on_result, outcome.card_peaks)
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+    finally:
+        store.release(run_id)
+        if progress is not None:
+            progress.close()
+        outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def _tasks_of(
+    plan: Plan, device: DeviceInfo, baselines: Mapping[str, Variant | None] | None
+) -> Callable[[Sequence[int]], list[list[Task]]]:
+    """The tasks of the plan's pairs at some indices, one list per family: each
+    candidate with its op's baseline where the baseline supports the spec."""
 
     def tasks_of(indices: Sequence[int]) -> list[list[Task]]:
         by_family: dict[str, list[Task]] = defaultdict(list)
@@ -399,53 +422,63 @@ def execute(
             by_family[pair.variant.family.name].append(Task(index, pair.spec, pair.variant, base))
         return list(by_family.values())
 
-    def on_start(task: Task) -> None:
-        if progress is not None:
-            progress.show(task.spec, task.variant)
+    return tasks_of
 
-    def on_result(task: Task, result: PairResult) -> None:
-        store.put(result)
-        if result.device == device.fingerprint:
-            outcome.results[(task.spec.key(), task.variant.id)] = result
+
+@dataclass
+class _Recording:
+    """Where a run's news goes: a result measured here is stored the moment it
+    arrives and kept in the outcome (unless measured on another card type); one
+    another run measured is kept too; the progress is told of both."""
+
+    outcome: RunOutcome
+    store: ResultStore
+    device: DeviceInfo
+    progress: Progress | None
+
+    def on_start(self, task: Task) -> None:
+        if self.progress is not None:
+            self.progress.show(task.spec, task.variant)
+
+    def on_result(self, task: Task, result: PairResult) -> None:
+        self.store.put(result)
+        if result.device == self.device.fingerprint:
+            self.outcome.results[(task.spec.key(), task.variant.id)] = result
         else:  # never ranked with the plan's card type
-            outcome.elsewhere[result.device] += 1
-        outcome.fresh += 1
-        if progress is not None:
-            progress.advance()
+            self.outcome.elsewhere[result.device] += 1
+        self.outcome.fresh += 1
+        if self.progress is not None:
+            self.progress.advance()
 
-    def on_shared(index: int, result: PairResult) -> None:
-        pair = plan.pairs[index]
-        outcome.results[(pair.spec.key(), pair.variant.id)] = result
-        outcome.shared += 1
-        if progress is not None:
-            progress.advance()
+    def on_shared(self, index: int, result: PairResult) -> None:
+        pair = self.outcome.plan.pairs[index]
+        self.outcome.results[(pair.spec.key(), pair.variant.id)] = result
+        self.outcome.shared += 1
+        if self.progress is not None:
+            self.progress.advance()
 
-    cards = ray.capacity if ray is not None else len(slots) if slots else 1
+
+def _work_queue(
+    plan: Plan,
+    store: ResultStore,
+    run_id: int,
+    tasks_of: Callable[[Sequence[int]], list[list[Task]]],
+    record: _Recording,
+    cards: int,
+) -> WorkQueue:
+    """The plan's pairs to run as work items for ``cards`` cards.
+
+    Concurrent runs on one store share the work: pairs are claimed a chunk at a
+    time, just before they run; a chunk another live run holds is waited for at
+    the end and taken from the store (or taken over if that run is gone)."""
+    to_run = [(i, p) for i, p in enumerate(plan.pairs) if p.state is PairState.RUN]
+    earlier = store.get_many([p.key for _, p in to_run if p.key is not None])
     size = CLAIM_CHUNK if cards > 1 else SOLO_CLAIM_CHUNK
-    work = WorkQueue(
+    return WorkQueue(
         [[(i, p.key, p.spec.key()) for i, p in chunk] for chunk in _chunks(to_run, size, cards)],
         store,
         run_id,
         tasks_of,
-        on_shared,
+        record.on_shared,
         earlier,
     )
-
-    options: dict[str, Any] = {
-        "factory": factory,
-        "plugins": tuple(plugins),
-        "policy": policy,
-        "run_id": run_id,
-        "timeout_s": timeout_s,
-    }
-    executor = executor_for(device, slots, ray, runner, options)
-    try:
-        executor(work, on_start, on_result, outcome.card_peaks)
-    except KeyboardInterrupt:
-        outcome.interrupted = True
-    finally:
-        store.release(run_id)
-        if progress is not None:
-            progress.close()
-        outcome.seconds = time.monotonic() - started
-    return outcome

@@ -36,7 +36,7 @@ from dataclasses import asdict
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.pair import PairContext, error_result
@@ -65,7 +65,36 @@ LATE = ("late",)
 STARTUP_LATE = "worker did not start in time"
 
 
-class Worker:
+_Stoppable = TypeVar("_Stoppable", bound="_StopsOnExit")
+
+
+class _StopsOnExit:
+    """A worker as a ``with`` block's: asked to stop (:meth:`close`) when the block
+    ends, killed at once (:meth:`kill`) when it ends by an exception — an
+    interrupted run does not wait for a pair to finish."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Stoppable) -> _Stoppable:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self.kill()
+
+
+class Worker(_StopsOnExit):
     """One long-lived worker process on one device, fed work items one after another.
 
     :meth:`run` measures an item; every task ends in exactly one ``on_result``
@@ -101,26 +130,15 @@ class Worker:
         #: the card's peaks, once the first process has measured them (see measure_peaks)
         self.peaks: dict[str, Any] | None = None
 
-    def __enter__(self) -> Worker:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self._reap(kill=True)
-
     def close(self) -> None:
         """Ask the process to exit (killed if it does not within STOP_TIMEOUT_S)."""
         if self._conn is not None:
             with contextlib.suppress(OSError):  # already gone
                 self._conn.send(None)
         self._reap()
+
+    def kill(self) -> None:
+        self._reap(kill=True)
 
     def run(
         self,
@@ -299,7 +317,7 @@ def plugins_needed(tasks: Sequence[Task], plugins: Sequence[str]) -> tuple[str, 
     return tuple(p for p in plugins if p in origins)
 
 
-class WorkerSet:
+class WorkerSet(_StopsOnExit):
     """:class:`Worker`'s interface over one worker per set of plugins: a family is
     measured in a process that imported matprobe's families and its own plugin
     only, so a plugin that patches torch or matprobe when imported reaches its own
@@ -346,17 +364,9 @@ class WorkerSet:
         for worker in self._workers.values():
             worker.close()
 
-    def __enter__(self) -> WorkerSet:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def kill(self) -> None:
         for worker in self._workers.values():
-            worker.__exit__(kind, exc, tb)
+            worker.kill()
 
 
 def run_tasks(

@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from matprobe.report.tables import ruled_table
 from matprobe.safetext import term_safe
 from matprobe.token.predict import TOLERANCE, PredictionCheck
 from matprobe.token.result import ModeResult, TokenResult
@@ -67,17 +68,6 @@ def _row(token: TokenResult, result: ModeResult) -> list[str]:
         _num(token.floor.percent(median), ".1f", " %"),
         _validation(result),
     ]
-
-
-def _table(rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.rjust(widths[i]) if i in RIGHT else c.ljust(widths[i]) for i, c in enumerate(cells)
-        ).rstrip()
-
-    return [line(HEADERS), line(["-" * w for w in widths]), *(line(r) for r in rows)]
 
 
 def _header(token: TokenResult) -> list[str]:
@@ -178,7 +168,7 @@ def comparison_lines(token: TokenResult) -> list[str]:
 def render_text(token: TokenResult, checks: Sequence[PredictionCheck] = ()) -> str:
     lines = _header(token)
     lines.append("")
-    lines += _table([_row(token, result) for result in token.modes])
+    lines += ruled_table(HEADERS, [_row(token, r) for r in token.modes], RIGHT).split("\n")
     lines += comparison_lines(token)
     for name, why in token.skipped:
         lines.append(f"skipped {name}: {why}")

@@ -103,6 +103,15 @@ def region_label(layer: int | None, part: str) -> str:
     return part if layer is None else f"block_{layer}/{part}"
 
 
+def _layer_part(mark: Region, layer: int) -> Region:
+    """``mark`` for the parts of one layer: ``part("qkv")`` marks ``block_{layer}/qkv``."""
+
+    def part(name: str) -> AbstractContextManager[object]:
+        return mark(region_label(layer, name))
+
+    return part
+
+
 def _no_region(label: str) -> AbstractContextManager[object]:
     return contextlib.nullcontext()
 
@@ -180,10 +189,7 @@ class DecodeStep:
         mark = region or _no_region
         h = w.x0
         for i in range(c.layers):
-
-            def part(name: str, i: int = i) -> AbstractContextManager[object]:
-                return mark(region_label(i, name))
-
+            part = _layer_part(mark, i)
             with part("attn_norm"):
                 x = self._rms_norm(h, w.attn_norm[i])
             with part("qkv"):
@@ -219,10 +225,7 @@ class DecodeStep:
         mark = region or _no_region
         h = w.x0
         for i in range(c.layers):
-
-            def part(name: str, i: int = i) -> AbstractContextManager[object]:
-                return mark(region_label(i, name))
-
+            part = _layer_part(mark, i)
             with part("qkv"):
                 qkv = fused.norm_linear("qkv", i, h, w.attn_norm[i], w.qkv_bias[i])
             attn = self._attend(i, qkv, part)

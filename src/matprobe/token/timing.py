@@ -31,6 +31,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from matprobe.measure.timing import cuda_event_ms
+
 TokenCall = Callable[[], torch.Tensor]
 Timed = TypeVar("Timed")
 
@@ -71,13 +73,7 @@ def prepare(step: TokenCall, device_kind: str) -> TokenCall:
 
 
 def cuda_time_us(call: TokenCall) -> float:
-    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-    start.record()
-    call()
-    end.record()
-    end.synchronize()
-    return float(start.elapsed_time(end)) * 1000.0
+    return cuda_event_ms(call) * 1000.0
 
 
 @dataclass(frozen=True)
@@ -140,21 +136,13 @@ def _elapsed_us(work: Callable[[], None], device: torch.device) -> float:
     """µs of the device work ``work`` queues, all of it queued before the clock
     starts (on the CPU, the host clock around it)."""
     if device.type != "cuda":
-        started = time.perf_counter_ns()
-        work()
-        return (time.perf_counter_ns() - started) / 1000.0
-    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        return host_time_us(work)
     torch.cuda.synchronize()
     torch.cuda._sleep(LEAD_CYCLES)  # type: ignore[no-untyped-call]
-    start.record()
-    work()
-    end.record()
-    end.synchronize()
-    return float(start.elapsed_time(end)) * 1000.0
+    return cuda_event_ms(work) * 1000.0
 
 
-def host_time_us(call: TokenCall) -> float:
+def host_time_us(call: Callable[[], object]) -> float:
     started = time.perf_counter_ns()
     call()
     return (time.perf_counter_ns() - started) / 1000.0

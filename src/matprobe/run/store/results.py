@@ -6,7 +6,7 @@ results by key, by run, by pair, and facts measured once per device."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -23,8 +23,18 @@ from matprobe.run.store.schema import (
     _schema_objects,
 )
 
-#: keys per query in get_many (5 bound variables each, well under SQLite's limit)
+#: keys per query (5 bound variables each, well under SQLite's limit)
 _KEYS_PER_QUERY = 150
+
+
+def _values_in_chunks(rows: Sequence[tuple[str, ...]]) -> Iterator[tuple[str, list[str]]]:
+    """``rows`` (of one length) as an SQL ``VALUES`` list's places (``(?, ?), (?, ?)``)
+    and the values to bind, :data:`_KEYS_PER_QUERY` rows at a time: SQLite caps
+    the variables of one statement."""
+    for start in range(0, len(rows), _KEYS_PER_QUERY):
+        chunk = rows[start : start + _KEYS_PER_QUERY]
+        places = "(" + ", ".join(["?"] * len(chunk[0])) + ")"
+        yield ", ".join([places] * len(chunk)), [value for row in chunk for value in row]
 
 
 class ResultStore(RunLog):
@@ -114,17 +124,15 @@ class ResultStore(RunLog):
 
     def get_many(self, keys: Iterable[ResultKey]) -> dict[ResultKey, PairResult]:
         """The stored results among ``keys`` (absent keys are simply missing)."""
-        wanted = list(dict.fromkeys(keys))
+        wanted = [key.as_tuple() for key in dict.fromkeys(keys)]
         found: dict[ResultKey, PairResult] = {}
         with self._snapshot("reading results") as conn:
-            for start in range(0, len(wanted), _KEYS_PER_QUERY):
-                chunk = wanted[start : start + _KEYS_PER_QUERY]
-                values = ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk))
+            for values, params in _values_in_chunks(wanted):
                 rows = conn.execute(
                     "SELECT spec_key, variant_id, fingerprint, device, policy, record "
                     "FROM results WHERE (spec_key, variant_id, fingerprint, device, policy) "
                     f"IN (VALUES {values})",
-                    [v for k in chunk for v in k.as_tuple()],
+                    params,
                 ).fetchall()
                 for *parts, record in rows:
                     key = ResultKey(*(str(p) for p in parts))
@@ -141,16 +149,14 @@ class ResultStore(RunLog):
         wanted = list(dict.fromkeys(pairs))
         latest: dict[tuple[str, str, str], ResultKey] = {}
         with self._snapshot("reading results") as conn:
-            for start in range(0, len(wanted), _KEYS_PER_QUERY):
-                chunk = wanted[start : start + _KEYS_PER_QUERY]
-                values = ", ".join(["(?, ?, ?)"] * len(chunk))
+            for values, params in _values_in_chunks(wanted):
                 # Oldest first, so the last row seen for a pair is its latest
                 # (rowid breaks a tie of timestamps: the later insert wins).
                 rows = conn.execute(
                     "SELECT spec_key, variant_id, fingerprint, device, policy FROM results "
                     f"WHERE (spec_key, variant_id, device) IN (VALUES {values}) "
                     "ORDER BY measured_at, rowid",
-                    [v for pair in chunk for v in pair],
+                    params,
                 ).fetchall()
                 for row in rows:
                     key = ResultKey(*(str(v) for v in row))
@@ -196,16 +202,13 @@ class ResultStore(RunLog):
         """For each of ``keys``, the result run ``run_id`` saw: the one stored by the
         latest run up to it (itself, or an earlier run it took from the cache), even
         where a later run has replaced it. Keys with no such result are missing."""
-        wanted = list(dict.fromkeys(keys))
+        wanted = [key.as_tuple() for key in dict.fromkeys(keys)]
         best: dict[ResultKey, tuple[int, str]] = {}
         with self._snapshot("reading results") as conn:
             tables = ["results"]
             if "superseded_results" in _schema_objects(conn):
                 tables.append("superseded_results")
-            for start in range(0, len(wanted), _KEYS_PER_QUERY):
-                chunk = wanted[start : start + _KEYS_PER_QUERY]
-                values = ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk))
-                params = [v for k in chunk for v in k.as_tuple()]
+            for values, params in _values_in_chunks(wanted):
                 for table in tables:
                     rows = conn.execute(
                         "SELECT spec_key, variant_id, fingerprint, device, policy, "
