@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from matprobe.errors import MatprobeError
+from matprobe.report.tables import ruled_table
 from matprobe.safetext import term_safe
 from matprobe.spec import MatmulSpec
 
@@ -35,21 +36,6 @@ def _warn(message: str) -> None:
 def _emit_json(data: Any, out: TextIO) -> None:
     json.dump(data, out, indent=2)
     out.write("\n")
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
-    ]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-            for i, cell in enumerate(cells)
-        ]
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
 def _matches_op(spec: MatmulSpec, ops: Sequence[str] | None) -> bool:
@@ -83,7 +69,7 @@ def _list_models(out: TextIO) -> int:
         for name, c in MODELS.items()
     ]
     headers = ["model", "hidden", "inter", "heads/kv", "head_dim", "vocab", "layers", "qkv bias"]
-    out.write(_table(headers, rows, right={1, 2, 3, 4, 5, 6}) + "\n")
+    out.write(ruled_table(headers, rows, right={1, 2, 3, 4, 5, 6}) + "\n")
     return 0
 
 

@@ -12,10 +12,10 @@ from matprobe.cli.common import (
     _emit_json,
     _list_models,
     _matches_op,
-    _table,
     _warn,
 )
 from matprobe.errors import MatprobeError
+from matprobe.report.tables import ruled_table
 from matprobe.safetext import term_safe
 from matprobe.spec import MatmulSpec
 
@@ -77,7 +77,7 @@ def _shapes_from_model(args: argparse.Namespace, out: TextIO) -> int:
         f"dtype {args.dtype or 'f16'} ({len(shapes)} shapes, {total_mb:.1f} MB moved per token)\n"
     )
     headers = ["role", "count", "MFLOP", "min MB", "MB/token", "shape"]
-    out.write(_table(headers, rows, right={1, 2, 3, 4}) + "\n")
+    out.write(ruled_table(headers, rows, right={1, 2, 3, 4}) + "\n")
     return 0
 
 
@@ -120,7 +120,7 @@ def cmd_shapes(args: argparse.Namespace, out: TextIO) -> int:
         f"{term_safe(loaded.source)}: {len(specs)} matmul shapes, {total_ms:.2f} ms in production\n"
     )
     headers = ["total ms", "count", "avg ms", "backend", "MFLOP", "min MB", "shape"]
-    out.write(_table(headers, rows, right={0, 1, 2, 4, 5}) + "\n")
+    out.write(ruled_table(headers, rows, right={0, 1, 2, 4, 5}) + "\n")
     return 0
 
 
