@@ -4,8 +4,9 @@ independent compile of the same step?
 In one process, on one card: matprobe's token (``TokenBench``: ``compile-none``,
 ``compile``, ``eager-none``) and the independent step of
 ``../shared/probes/decode_step_peer.py`` (its own ``compile-none`` and
-``compile``, built by executing the probe's set-up part, everything before its
-float64 reference), each captured as one CUDA graph. For every graph: µs per
+``compile`` at ``CTX=127``, whose cache then holds the token's 128 keys, built
+by executing the probe's set-up part, everything before its float64
+reference), each captured as one CUDA graph. For every graph: µs per
 token on two clocks (20 back-to-back replays; one replay after a sync), in
 interleaved rounds, and a profiler trace of a few replays: kernels per token,
 the sum of their durations (the rest of the replay is gaps) and the kernels
@@ -44,7 +45,9 @@ def peer_graphs() -> dict[str, Callable[[], Any]]:
     """The independent step's compile and compile-none graphs (the probe's own code)."""
     text = PEER.read_text()
     setup = text.split("# float64 reference")[0]
-    os.environ["CTX"] = str(CONTEXT)
+    # the probe's CTX=L caches L + 1 keys (L past and the new one); the token's
+    # context L holds L, the new one included: CTX = L - 1 reads the same cache
+    os.environ["CTX"] = str(CONTEXT - 1)
     # a module of its own (Dynamo finds a compiled function's globals by module name)
     folder = Path(tempfile.mkdtemp())
     (folder / "peer_setup.py").write_text(setup)
