@@ -423,8 +423,10 @@ def test_every_timed_replay_of_a_mode_is_judged_on_a_fresh_input() -> None:
     assert row is not None and row.status == "PASS"
     assert row.judged == 4 + 1  # the rounds and the warm-up round
     assert result.baseline.judged == 5
-    # the timed replays' problems: each new, none met before (validation, kernel count)
-    timed, before = seen[-row.judged :], seen[: -row.judged]
+    # the timed replays' problems: each new, none met before (validation) or after
+    # (the kernel count, after the rounds)
+    *rest, counted = seen
+    timed, before = rest[-row.judged :], [*rest[: -row.judged], counted]
     assert len(set(timed)) == len(timed) and not set(timed) & set(before)
 
 
@@ -457,7 +459,7 @@ def test_every_timed_replay_gets_a_rope_position_of_its_own() -> None:
     result = run_modes(b, "eager+table", rounds=4)
     row = result.get("eager+table")
     assert row is not None and row.status == "PASS", row.reason
-    timed = tables[-row.judged :]
+    timed = tables[-row.judged - 1 : -1]  # the last: the kernel count, after the rounds
     assert len(set(timed)) == len(timed) and validation not in timed
     assert tuple(b.weights.cos.tolist()) == validation
 

@@ -249,10 +249,9 @@ class TokenBench:
         return prepare(call, self.device)
 
     def _check(self, mode: Mode, tolerance: Tolerance) -> tuple[ModeResult, TokenCall | None]:
-        """Build ``mode``, validate its logits (within ``tolerance``; a peer's against
-        its own float64 reference) and count its kernels; the call comes back only
-        when it is to be timed (it passed, or leaves the matmuls out). Any
-        exception costs this mode its row only."""
+        """Build ``mode`` and validate its logits (within ``tolerance``; a peer's
+        against its own float64 reference): the row, and the call if it was built.
+        Any exception costs this mode its row only."""
         result = ModeResult(mode, "ERROR")
         try:
             call = self.build(mode)
@@ -264,11 +263,31 @@ class TokenBench:
             else:
                 call()
                 result.status, result.reason = "UNCHECKED", "matmuls left out: not validated"
-            result.kernels = count_kernels(call, self.device)
         except Exception as exc:  # a crash, a compile error, a wrong output shape
             result.status, result.reason = "ERROR", _one_line(exc)
             return result, None
-        return result, call if result.status in ("PASS", "UNCHECKED") else None
+        return result, call
+
+    def _count_kernels(
+        self,
+        results: list[ModeResult],
+        built: dict[str, TokenCall],
+        samples: dict[str, list[float]],
+    ) -> None:
+        """Each built mode's kernels, counted after the rounds: once the profiler
+        (CUPTI) has run in a process, every later graph launch costs more host
+        time — on an H100 the one-replay-after-a-sync clock of a token rose by
+        ~145 µs when its kernels were counted before the rounds."""
+        for result in results:
+            call = built.get(result.mode.name)
+            if call is None:
+                continue
+            try:
+                result.kernels = count_kernels(call, self.device)
+            except Exception as exc:
+                result.status, result.reason = "ERROR", f"counting kernels: {_one_line(exc)}"
+                samples.pop(result.mode.name, None)
+                result.latency_samples_us = []
 
     def run(
         self,
@@ -284,8 +303,14 @@ class TokenBench:
             raise MatprobeError(f"the modes must start with the baseline, {BASELINE}")
         k_max = max(spec.k or 0 for spec in self.specs.values())
         bound = baseline_bound(self.dtype, self.config.layers, k_max)
-        results, calls, tolerances = self._validate_modes(selection, bound, k_max)
+        results, built, tolerances = self._validate_modes(selection, bound, k_max)
+        calls = {
+            r.mode.name: built[r.mode.name]
+            for r in results
+            if r.status in ("PASS", "UNCHECKED") and r.mode.name in built
+        }
         samples = self._timed_rounds(results, calls, tolerances, rounds, k_max)
+        self._count_kernels(results, built, samples)
         for result in results:
             result.samples_us = samples.get(result.mode.name, [])
             rest = result.mode.rest
@@ -325,7 +350,7 @@ class TokenBench:
         self, selection: ModeSelection, bound: Tolerance, k_max: int
     ) -> tuple[list[ModeResult], dict[str, TokenCall], dict[str | None, Tolerance]]:
         """Each mode checked against float64 (:meth:`_check`): the results, the calls
-        of the modes that can be timed, and the bound each peer dtype's modes are
+        of the modes that were built, and the bound each peer dtype's modes are
         held to (the baseline's absolute bound until a baseline passes, then a
         multiple of its error)."""
         tolerances = {None: bound, PEER_DTYPE: baseline_bound(PEER_DTYPE, self.config.layers,
