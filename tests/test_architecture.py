@@ -383,3 +383,12 @@ def test_the_row_blocked_gemv_kernels_share_their_set_up(name: str) -> None:
     assert "row_block(" in text and "row_ptrs(" in text
     assert "tl.program_id(" not in text, f"{name} sets up its row block itself"
     assert "def silu_mul" not in text, f"{name} defines its own silu_mul"
+
+
+def test_the_old_input_path_still_imports_the_input_set() -> None:
+    """Scripts written before the restructure (the independent decode step's table
+    mode) import ``matprobe.harness.inputs.MatmulInputs``: the same class."""
+    from matprobe.harness.inputs import MatmulInputs as OldPath
+    from matprobe.measure.inputs import MatmulInputs
+
+    assert OldPath is MatmulInputs
