@@ -72,3 +72,21 @@ def test_the_run_loop_gets_a_bar_on_a_terminal_and_lines_elsewhere(
         live.advance()
     live.close()
     assert live.done == 4 and "0/4" in stream.getvalue()  # drawn at the start
+
+
+def test_a_terminal_without_a_bar_gets_the_plain_lines_not_a_second_display(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One live display (tqdm's bar): a dumb terminal gets the log's lines, never a
+    line redrawn with carriage returns."""
+    monkeypatch.setenv("TERM", "dumb")
+    stream = Terminal()
+    progress = run_progress(3, stream)
+    assert type(progress) is Progress
+    for _ in range(3):
+        progress.show(None, None)  # type: ignore[arg-type]  # nothing drawn for a pair
+        progress.advance()
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert "\r" not in stream.getvalue()
+    assert lines[-1].startswith("matprobe: 3/3 pairs done")

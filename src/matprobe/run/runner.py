@@ -21,7 +21,6 @@ moment it arrives, so Ctrl-C or a crash loses nothing already measured.
 from __future__ import annotations
 
 import itertools
-import shutil
 import sys
 import time
 from collections import Counter, defaultdict
@@ -165,14 +164,14 @@ def make_plan(
 
 
 class Progress:
-    """One live line on a terminal (spec, variant, done/total, ETA); plain lines
-    at each tenth of the work otherwise (logs, CI)."""
+    """The run loop's progress where no bar can be drawn (a log, CI, a dumb
+    terminal, no tqdm): a plain line at each tenth of the work. The one live
+    display is :mod:`matprobe.report.progress`'s bar, which overrides these."""
 
     def __init__(self, total: int, stream: TextIO | None = None) -> None:
         self.total = total
         self.done = 0
         self.stream = stream if stream is not None else sys.stderr
-        self.live = self.stream.isatty()
         self.started = time.monotonic()
         self._last_decile = -1
 
@@ -183,28 +182,18 @@ class Progress:
         return f"{int(left // 60)}m{int(left % 60):02d}s"
 
     def show(self, spec: MatmulSpec, variant: Variant) -> None:
-        if not self.live:
-            return
-        label = (
-            f"[{self.done}/{self.total}] ETA {self._eta()}  {spec.kind} b={spec.batch} "
-            f"n={spec.n_total} k={spec.k}  {variant.id}"
-        )
-        width = shutil.get_terminal_size((100, 20)).columns - 1
-        self.stream.write("\r" + label[:width].ljust(width))
-        self.stream.flush()
+        """The pair being measured: only a live display has room for it."""
 
     def advance(self) -> None:
         self.done += 1
         decile = self.done * 10 // max(self.total, 1)
-        if not self.live and decile != self._last_decile:
+        if decile != self._last_decile:
             self._last_decile = decile
             self.stream.write(f"matprobe: {self.done}/{self.total} pairs done, ETA {self._eta()}\n")
             self.stream.flush()
 
     def close(self) -> None:
-        if self.live:
-            self.stream.write("\r" + " " * (shutil.get_terminal_size((100, 20)).columns - 1) + "\r")
-            self.stream.flush()
+        """Nothing to clear: plain lines stay."""
 
 
 @dataclass
