@@ -130,7 +130,14 @@ def test_a_q8_token_runs_beside_its_fp16_peers() -> None:
     assert not torch.allclose(b.references[0], b.peer().references[0])
     assert len(result.baseline.samples_us) == len(peer.samples_us) == 2
     text = render_text(result)
-    assert "f16:eager's" in text and "f16:eager added" in "\n".join(result.notes)
+    assert "f16:eager added" in "\n".join(result.notes)
+    # the token's matmul share is read against its fp16 peer's — unless the CPU's
+    # rounds (two, on a loaded machine) leave a share within its noise: then the
+    # table says "noise" and no ratio is printed
+    if result.share_ratio("eager", "f16:eager") is not None:
+        assert "f16:eager's" in text
+    else:
+        assert "noise" in text
 
 
 def test_mode_selection_knows_peers_and_what_q8_cannot_run() -> None:
