@@ -475,6 +475,42 @@ def cheat_weight_scribbler(
     return run
 
 
+@variant_family(name="cheat.judge_thinner", ops=ALL_OPS)
+def cheat_judge_thinner(
+    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
+) -> KernelFn:
+    """Honest until the timed calls' judge has converted its float64 operands; then,
+    on every call, it finds them (``gc``), zeroes every weight but those of the
+    first of the K terms in place, and computes that one term: 1/K of the work,
+    and every reference made from the thinned weights agrees. A change of data,
+    not of a binding: no tamper snapshot sees it."""
+    import gc
+
+    from matprobe.measure.references import CallAnswers
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        shape = tuple(inputs.b_kn().shape[-2:])  # its own problem's judges only
+        judges = [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, CallAnswers) and tuple(o.operands.w.shape[-2:]) == shape
+        ]
+        if not judges:
+            out.copy_(exact(inputs))
+            return
+        for answers in judges:
+            ops = answers.operands
+            for held in (ops.w, ops._w_abs, ops._w_rounded):
+                if held is not None:
+                    held[..., 1:, :] = 0  # logical [..., batch, k, n]: all but k = 0
+        a = inputs.a_mk().to(torch.float64)[..., :1]
+        b = inputs.b_kn().to(torch.float64)[..., :1, :]
+        thin = replace(inputs, a=a, b=b, ta=False, tb=False)
+        out.copy_(exact(thin))
+
+    return run
+
+
 #: Cheaters of issue 20: they tell judged calls from timed ones, or meet old problems.
 JUDGED_CALL_CHEATERS: tuple[VariantFamily, ...] = (
     cheat_nan_aware,
@@ -512,6 +548,7 @@ FAMILIES: tuple[VariantFamily, ...] = (
     *JUDGED_CALL_CHEATERS,
     cheat_memo_values,
     cheat_weight_scribbler,
+    cheat_judge_thinner,
     cheat_side_stream,
     fake_flaky,
     fake_broken,

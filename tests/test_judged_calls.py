@@ -10,6 +10,7 @@ passed on main before (f5ced8b); the GPU forms are in test_gpu.py.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 from typing import Any
 
@@ -358,6 +359,24 @@ def test_a_kernel_that_writes_into_its_weights_fails(key: str) -> None:
     assert result.status is Status.FAIL, result.reason
     assert "wrote outside its output: into input set" in result.reason
     assert result.metrics is not None and result.metrics.max_rel < 1e-6  # validation passed
+
+
+@pytest.mark.parametrize(
+    "key",
+    [  # shapes of their own: judges of other tests' pairs may still be alive
+        "op=matmul | batch=1 | m=1 | n=29 | k=23 | tA=0 | tB=1",
+        "op=matmul_bias_add | batch=1 | m=1 | n=31 | k=19 | tA=0 | tB=0",
+    ],
+)
+def test_a_kernel_that_thins_the_judges_weights_fails(key: str) -> None:
+    """Honest while validated; then, finding the timed calls' float64 operands, it
+    zeroes all but one of the K terms in place and computes that one: the replays
+    judged after that agreed with it (it PASSed, on main). The operands' checksums,
+    taken when converted and looked at after the rounds and the clocks, do not."""
+    gc.collect()
+    result = measure(spec(key, "f32"), "cheat.judge_thinner")
+    assert result.status is Status.FAIL, result.reason
+    assert "into the float64 weights, bias or C₀ its outputs are judged against" in result.reason
 
 
 def test_checksums_see_a_swap_that_a_plain_sum_would_not() -> None:

@@ -25,6 +25,7 @@ from matprobe.measure.inputs import (
     replace_tensors,
     torch_float64,
 )
+from matprobe.measure.outputs import checksums
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -213,6 +214,19 @@ class CallAnswers:
         self.ta = sets[0].ta
         self.operands = Operands64.of(_stack(sets), device)
         self.where = float64_device(device)
+        self._sums = checksums(self._held())
+
+    def _held(self) -> list[Any]:
+        """What every answer is made from: the float64 weights, C₀ and bias."""
+        ops = self.operands
+        return [t for t in (ops.w, ops.c0, ops.bias) if t is not None]
+
+    def intact(self) -> bool:
+        """Whether the operands still hold what was converted: a call that wrote into
+        them — a store far past its output, or a kernel that found them (``gc``)
+        and thinned the weights its later calls are judged against — changes a
+        checksum (the bench looks after the rounds and after the clocks)."""
+        return not bool((checksums(self._held()) != self._sums).any())
 
     def first(self, count: int) -> CallAnswers:
         """The answers for the first ``count`` sets alone (views of these operands)."""
@@ -232,6 +246,7 @@ class CallAnswers:
             quantized=ops.quantized,
             _w_rounded=None if ops._w_rounded is None else ops._w_rounded[:count],
         )
+        part._sums = checksums(part._held())
         return part
 
     def answers(
