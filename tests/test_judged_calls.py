@@ -379,6 +379,22 @@ def test_a_kernel_that_thins_the_judges_weights_fails(key: str) -> None:
     assert "into the float64 weights, bias or C₀ its outputs are judged against" in result.reason
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16", "int8"])
+def test_bit_sums_are_each_tensors_own_and_see_one_changed_bit(dtype: str) -> None:
+    import torch
+
+    from matprobe.measure.outputs import bit_sums
+
+    kind = getattr(torch, dtype)
+    tensors = [torch.arange(n * 3, dtype=torch.int64).to(kind).reshape(n, 3) for n in (5, 7)]
+    before = bit_sums(tensors)
+    flat = tensors[1].reshape(-1).view({1: torch.int8, 2: torch.int16, 8: torch.int64}[
+        tensors[1].element_size()])  # fmt: skip
+    flat[4] ^= 1  # one bit of one element
+    after = bit_sums(tensors)
+    assert after[0] == before[0] and after[1] != before[1]
+
+
 def test_checksums_see_a_swap_that_a_plain_sum_would_not() -> None:
     from matprobe.measure.outputs import checksums
 

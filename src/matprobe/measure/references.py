@@ -25,7 +25,7 @@ from matprobe.measure.inputs import (
     replace_tensors,
     torch_float64,
 )
-from matprobe.measure.outputs import checksums
+from matprobe.measure.outputs import bit_sums
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ class CallAnswers:
         self.ta = sets[0].ta
         self.operands = Operands64.of(_stack(sets), device)
         self.where = float64_device(device)
-        self._sums = checksums(self._held())
+        self._sums = bit_sums(self._held())
 
     def _held(self) -> list[Any]:
         """What every answer is made from: the float64 weights, C₀ and bias."""
@@ -224,9 +224,10 @@ class CallAnswers:
     def intact(self) -> bool:
         """Whether the operands still hold what was converted: a call that wrote into
         them — a store far past its output, or a kernel that found them (``gc``)
-        and thinned the weights its later calls are judged against — changes a
-        checksum (the bench looks after the rounds and after the clocks)."""
-        return not bool((checksums(self._held()) != self._sums).any())
+        and thinned the weights its later calls are judged against — changes their
+        bit sums (the bench looks after the rounds and after the clocks)."""
+        # a plain sum of bits: a swap of operands only poses another problem as hard
+        return not bool((bit_sums(self._held()) != self._sums).any())
 
     def first(self, count: int) -> CallAnswers:
         """The answers for the first ``count`` sets alone (views of these operands)."""
@@ -246,7 +247,7 @@ class CallAnswers:
             quantized=ops.quantized,
             _w_rounded=None if ops._w_rounded is None else ops._w_rounded[:count],
         )
-        part._sums = checksums(part._held())
+        part._sums = bit_sums(part._held())
         return part
 
     def answers(
@@ -334,14 +335,10 @@ _last_operands: tuple[SeededCase, Operands64] | None = None
 def _bit_sums(inputs: MatmulInputs) -> torch.Tensor | None:
     """Each tensor's bits summed as integers on a GPU (a fraction of a millisecond);
     None on the CPU, where no kernel writes past its buffers unnoticed."""
-    import torch
-
     if inputs.a.device.type != "cuda":
         return None
-    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    return torch.stack(
-        [t.view(ints[t.element_size()]).sum(dtype=torch.int64) for t in inputs.tensors()]
-    )
+    sums: torch.Tensor = bit_sums(inputs.tensors())
+    return sums
 
 
 #: Memory the seeded cases of one process may hold (their inputs: a reference is
