@@ -329,3 +329,163 @@ def test_each_card_is_handed_more_of_its_spec_and_keeps_off_another_cards(
     first, second, third = specs
     assert handed[0][:4] == [first] * 4 and handed[1][:4] == [second] * 4
     assert handed[0][4:] == [third] * 2 and handed[1][4:] == [third] * 2
+
+
+def test_the_worker_starts_before_the_device_is_detected_and_its_rows_are_the_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counting_workers: list[CountingWorker]
+) -> None:
+    """A run's worker process is started before this process detects the device
+    (on a GPU host each side imports torch and sets up the card, ~5–6 s, so they
+    do it at once), not after the plan: the process that measures the rows is
+    already alive when ``detect`` is called, and the rows it measured — sent the
+    device and the run's number with its work — are the run's, on that device."""
+    import multiprocessing
+
+    from matprobe.run import session as session_mod
+    from matprobe.run.session import RunOptions, RunSession
+
+    alive_at_detection: list[set[int | None]] = []
+    real_detect = session_mod.detect
+
+    def detect_watched(*args: Any, **kwargs: Any) -> Any:
+        alive_at_detection.append({child.pid for child in multiprocessing.active_children()})
+        return real_detect(*args, **kwargs)
+
+    monkeypatch.setattr(session_mod, "detect", detect_watched)
+    options = RunOptions(variants=("torch.matmul",), device="cpu", db=tmp_path / "s.db", trials=1)
+    result = RunSession(options).run([spec(5), spec(7)], source="t")
+    (worker,) = counting_workers
+    (first_pid,) = worker.pids  # one process measured the whole run …
+    assert first_pid in alive_at_detection[0]  # … and was already started at detection
+    with ResultStore(tmp_path / "s.db") as store:
+        rows = store.results(run_id=result.outcome.run_id)
+    assert len(rows) == 2 and all(row.run_id == result.outcome.run_id for row in rows)
+    assert {row.device for row in rows} == {real_detect("cpu").fingerprint}
+    assert not multiprocessing.active_children()  # closed at the end of the run
+
+
+@pytest.mark.parametrize(
+    ("place", "device", "holds"),
+    [
+        (worker_mod.Place(None), DeviceInfo(kind="cuda", name="H100"), True),
+        (worker_mod.Place(None), CPU, True),
+        (worker_mod.Place(None), DeviceInfo(kind="mps", name="M2"), False),
+        (worker_mod.Place("cuda", 1), DeviceInfo(kind="cuda", name="H100", index=1), True),
+        (worker_mod.Place("cuda", 1), DeviceInfo(kind="cuda", name="H100", index=0), False),
+        (worker_mod.Place("cuda", 0), CPU, False),
+    ],
+)
+def test_a_place_holds_only_the_devices_its_process_sets_up_for(
+    place: worker_mod.Place, device: DeviceInfo, holds: bool
+) -> None:
+    """A process started before the device was detected sets up for its place (None:
+    CUDA if the host has it, else the CPU, never MPS unasked); only a device found
+    there may be given to it, else the run starts a fresh one."""
+    assert place.holds(device) is holds
+
+
+def test_a_worker_sent_pairs_for_another_device_measures_none_of_them() -> None:
+    """The process checks the device each item is sent for against where it set
+    up: pairs meant for another card are errors, never measured on this one."""
+    worker = worker_mod.Worker(
+        factory="fake_variants:registry", device=replace(CPU, index=1),
+        place=worker_mod.Place("cpu", 0), policy=FAST, run_id=None, timeout_s=60,
+    )  # fmt: skip
+    results: list[Any] = []
+    exact = REGISTRY.family("fake.exact").variants()[0]
+    with worker:
+        worker.run(
+            [Task(0, spec(5), exact)],
+            on_start=lambda task: None,
+            on_result=lambda task, result: results.append(result),
+        )
+    (result,) = results
+    assert result.status is Status.ERROR
+    assert "set up on cpu:0, sent pairs for cpu:1" in result.reason
+
+
+def test_a_run_stopped_before_it_measures_leaves_no_worker_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, counting_workers: list[CountingWorker]
+) -> None:
+    """The worker started early is killed at once when the run stops before its
+    first item (here the store cannot be opened): no process left starting up, and
+    none waited for (a starting process would read the stop only once set up)."""
+    import multiprocessing
+
+    from matprobe.run.session import RunOptions, RunSession
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    options = RunOptions(variants=("torch.matmul",), device="cpu", db=blocker / "s.db")
+    with pytest.raises(MatprobeError):
+        RunSession(options).run([spec(5)], source="t")
+    (worker,) = counting_workers
+    assert worker.pids == []  # it never got to say it was ready …
+    assert not multiprocessing.active_children()  # … and is gone
+
+
+def test_a_worker_still_starting_is_killed_not_waited_for() -> None:
+    """``close`` asks a set-up worker to exit, but one still importing torch would
+    read the request only once set up (several seconds): it is killed."""
+    worker = worker_mod.Worker(
+        factory="fake_variants:registry", device=CPU, policy=FAST, run_id=None, timeout_s=60
+    )
+    worker.spawn()
+    proc = worker._proc
+    assert proc is not None and proc.is_alive()
+    worker.close()
+    assert proc.exitcode is not None and proc.exitcode < 0  # ended by a signal
+
+
+@pytest.mark.parametrize(
+    ("environ", "listing", "count"),
+    [
+        ({}, "GPU 0: NVIDIA H100 (UUID: GPU-a)\nGPU 1: NVIDIA H100 (UUID: GPU-b)\n", 2),
+        ({}, "", None),  # nvidia-smi said nothing
+        ({"CUDA_VISIBLE_DEVICES": "1"}, "GPU 0: A\nGPU 1: B\n", None),  # torch counts otherwise
+        ({}, None, None),  # no nvidia-smi
+    ],
+)
+def test_cards_are_counted_without_torch_only_where_torch_would_agree(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], listing: str | None, count: int | None
+) -> None:
+    """``--gpus all`` starts a worker per card before torch is imported, so the cards
+    are counted from nvidia-smi's list — but not under CUDA_VISIBLE_DEVICES, where
+    torch sees another set (a wrong guess costs a restart, never a wrong card:
+    the workers are checked against the detected cards)."""
+    import subprocess
+
+    from matprobe.run import pool
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+
+    def fake_run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if listing is None:
+            raise FileNotFoundError(args[0])
+        return subprocess.CompletedProcess(args, 0, stdout=listing, stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    assert pool.visible_cuda_count() == count
+
+
+@pytest.mark.parametrize(
+    ("options", "places"),
+    [
+        ({}, [worker_mod.Place(None)]),
+        ({"device": "cpu"}, [worker_mod.Place("cpu")]),
+        ({"gpus": "0,2"}, [worker_mod.Place("cuda", 0), worker_mod.Place("cuda", 2)]),
+        ({"gpus": "all"}, [worker_mod.Place("cuda", 0), worker_mod.Place("cuda", 1)]),
+        ({"gpus": "0,x"}, []),  # refused by the detection that follows, with its message
+        ({"ray": "auto"}, []),  # a cluster starts its own
+    ],
+)
+def test_a_run_knows_where_to_start_its_workers_before_torch_is_imported(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, Any], places: list[worker_mod.Place]
+) -> None:
+    from matprobe.run import pool
+    from matprobe.run.session import RunOptions, RunSession
+
+    monkeypatch.setattr(pool, "visible_cuda_count", lambda: 2)
+    assert RunSession(RunOptions(**options))._places() == places

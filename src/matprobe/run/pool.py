@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import queue
+import subprocess
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -51,6 +52,23 @@ def parse_gpus(text: str) -> list[int] | None:
     if len(set(indices)) != len(indices):
         raise MatprobeError(f"--gpus {text!r}: a card is named twice")
     return indices
+
+
+def visible_cuda_count() -> int | None:
+    """How many CUDA cards this host has, without importing torch (nvidia-smi's
+    list); None where that is not what torch would count (CUDA_VISIBLE_DEVICES
+    set) or nvidia-smi says nothing. A hint for starting work early, never a fact
+    a run records: torch's count decides."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return None
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    cards = [line for line in proc.stdout.splitlines() if line.startswith("GPU ")]
+    return len(cards) if proc.returncode == 0 and cards else None
 
 
 def cuda_slots(
@@ -101,17 +119,22 @@ ItemRunner = Callable[[Sequence[Task], OnStart, OnResult, threading.Event], None
 
 
 def slot_runner(
-    runner: Callable[..., None], slot: DeviceSlot, options: dict[str, Any]
+    runner: Callable[..., None],
+    slot: DeviceSlot,
+    options: dict[str, Any],
+    worker: WorkerSet | None = None,
 ) -> tuple[ItemRunner, WorkerSet | None]:
     """How a slot measures its items, and the :class:`WorkerSet` it keeps, if any.
 
     The ordinary runner (:func:`~matprobe.run.worker.run_tasks`, which starts
     a process per call) becomes one Worker the slot keeps for the whole run
     (``options`` may then also hold Worker's ``cpu_threads`` and
-    ``measure_peaks``); any other runner (tests, a custom one) is called once per
-    item with the run's options."""
+    ``measure_peaks``), or ``worker``, the one made for the slot before (already
+    starting); any other runner (tests, a custom one) is called once per item with
+    the run's options."""
     if runner is run_tasks:
-        worker = WorkerSet(device=slot.device, **options)
+        if worker is None:
+            worker = WorkerSet(device=slot.device, **options)
 
         def on_worker(
             tasks: Sequence[Task], start: OnStart, result: OnResult, cancel: threading.Event
@@ -150,6 +173,7 @@ def run_on_slots(
     on_result: OnResultAt,
     runner: Callable[..., None] = run_tasks,
     card_peaks: str | None = None,
+    workers: Sequence[WorkerSet] | None = None,
     **runner_options: Any,
 ) -> dict[str, dict[str, Any]]:
     """Run work items on ``slots`` in parallel until ``next_item`` gives None (it is
@@ -165,7 +189,8 @@ def run_on_slots(
     ``card_peaks`` (``"module:function"``, :data:`~matprobe.run.worker.CARD_PEAKS`
     on GPUs): each slot's worker measures its card's ceilings with it as it
     starts, all cards at once; returned by slot label (a slot that never got an
-    item, or a custom runner, has none).
+    item, or a custom runner, has none). ``workers``: each slot's WorkerSet, made
+    (and started) by the caller with :func:`slot_workers` before it planned.
     On Ctrl-C the slots are cancelled, what already arrived is still handed to
     ``on_result``, and KeyboardInterrupt is raised again; an exception in a slot's
     runner stops the handing out of work and is raised once the others have finished."""
@@ -177,7 +202,7 @@ def run_on_slots(
         "measure_peaks": card_peaks,
     }
     pool = _SlotPool(slots, next_item, on_start, on_result)
-    pool.start(runner, options)
+    pool.start(runner, options, workers)
     try:
         pool.hand_out()
     except KeyboardInterrupt:
@@ -215,11 +240,16 @@ class _SlotPool:
         self.failure: BaseException | None = None
         self.exhausted = False
 
-    def start(self, runner: Callable[..., None], options: dict[str, Any]) -> None:
+    def start(
+        self,
+        runner: Callable[..., None],
+        options: dict[str, Any],
+        workers: Sequence[WorkerSet] | None,
+    ) -> None:
         self.threads = [
             threading.Thread(
                 target=self._serve,
-                args=(n, slot, runner, options),
+                args=(n, slot, runner, options, workers[n] if workers else None),
                 name=f"matprobe-{slot.label}",
                 daemon=True,
             )
@@ -230,11 +260,16 @@ class _SlotPool:
         self.running = len(self.threads)
 
     def _serve(
-        self, number: int, slot: DeviceSlot, runner: Callable[..., None], options: dict[str, Any]
+        self,
+        number: int,
+        slot: DeviceSlot,
+        runner: Callable[..., None],
+        options: dict[str, Any],
+        made: WorkerSet | None,
     ) -> None:
         """A slot's thread: measure each item of its inbox until a None."""
         events = self.events
-        measure, worker = slot_runner(runner, slot, options)
+        measure, worker = slot_runner(runner, slot, options, made)
         try:
             while True:
                 item = self.inboxes[number].get()

@@ -37,7 +37,7 @@ from matprobe.measure.variants import SHIPPED_FACTORY, Variant
 from matprobe.run.store import ResultKey, ResultStore
 from matprobe.run.task import Task
 from matprobe.run.work import WorkQueue
-from matprobe.run.worker import CARD_PEAKS, WorkerSet, run_tasks
+from matprobe.run.worker import CARD_PEAKS, Place, WorkerSet, run_tasks
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -270,16 +270,51 @@ OnResult = Callable[[Task, PairResult], None]
 Executor = Callable[[WorkQueue, OnStart, OnResult, dict[str, Any]], None]
 
 
+def worker_sets(
+    places: Sequence[Place],
+    *,
+    factory: str,
+    plugins: Sequence[str],
+    policy: TimingPolicy,
+    timeout_s: float,
+) -> list[WorkerSet]:
+    """The worker processes a run on this host keeps: one WorkerSet per place (a
+    card of ``--gpus``, or the run's one device), each measuring its card's peaks
+    as it starts and with its share of the host's cores. Made and
+    :meth:`spawned <WorkerSet.spawn>` before the device is detected, they import
+    torch and set up their cards while the parent does the same and plans;
+    :meth:`WorkerSet.bind_run` gives each its device, :func:`execute` its run
+    (and closes them)."""
+    from matprobe.run.pool import cores_per_slot
+
+    options: dict[str, Any] = {
+        "factory": factory,
+        "plugins": tuple(plugins),
+        "policy": policy,
+        "run_id": None,
+        "timeout_s": timeout_s,
+        "cpu_threads": cores_per_slot(len(places)),
+        "device": None,
+    }
+    # A place whose kind the process settles (None) measures peaks only on a card.
+    peaks = {None: CARD_PEAKS, "cuda": CARD_PEAKS}
+    return [
+        WorkerSet(place=place, measure_peaks=peaks.get(place.kind), **options) for place in places
+    ]
+
+
 def executor_for(
     device: DeviceInfo,
     slots: Sequence[DeviceSlot] | None,
     ray: RayCluster | None,
     runner: Callable[..., None],
     options: Mapping[str, Any],
+    workers: Sequence[WorkerSet] | None = None,
 ) -> Executor:
     """The executor of a run: a Ray cluster, every GPU of a host (several
     ``slots``), one long-lived worker on one device, or — in tests — a custom
-    ``runner`` called once per family."""
+    ``runner`` called once per family. ``workers``: the processes
+    :func:`worker_sets` made for ``slots`` (or ``device``), already starting."""
     where = slots[0].device if slots else device
 
     def on_ray(
@@ -308,6 +343,7 @@ def executor_for(
                 on_result=on_result_at,
                 runner=runner,
                 card_peaks=CARD_PEAKS if device.kind == "cuda" else None,
+                workers=workers,
                 **options,
             )
         )
@@ -317,8 +353,11 @@ def executor_for(
     ) -> None:
         # One worker process for the whole run, as each card of a --gpus run
         # has: a family no longer pays a process start (torch, CUDA context).
-        measure_peaks = CARD_PEAKS if where.kind == "cuda" else None
-        worker = WorkerSet(device=where, measure_peaks=measure_peaks, **options)
+        if workers:
+            (worker,) = workers
+        else:
+            measure_peaks = CARD_PEAKS if where.kind == "cuda" else None
+            worker = WorkerSet(device=where, measure_peaks=measure_peaks, **options)
         try:
             with worker:
                 while (tasks := work.take()) is not None:
@@ -355,6 +394,7 @@ def execute(
     baselines: Mapping[str, Variant | None] | None = None,
     slots: Sequence[DeviceSlot] | None = None,
     ray: RayCluster | None = None,
+    workers: Sequence[WorkerSet] | None = None,
 ) -> RunOutcome:
     """Run the plan's ``run`` pairs; returns with what finished even on Ctrl-C.
 
@@ -366,7 +406,9 @@ def execute(
     ``slots`` (several: every GPU of a host) measure work items in parallel, one
     worker process per slot, each result noted with the card that measured it;
     the slots must share ``device``'s fingerprint (the plan's keys hold it).
-    ``ray`` measures them on a Ray cluster instead (:mod:`~matprobe.run.ray_pool`)."""
+    ``ray`` measures them on a Ray cluster instead (:mod:`~matprobe.run.ray_pool`).
+    ``workers`` (from :func:`worker_sets`, started while the caller planned) are
+    the processes to measure in, bound here to ``run_id``; execute closes them."""
     outcome = RunOutcome(run_id=run_id, plan=plan)
     started = time.monotonic()
     for pair in plan.of(PairState.CACHED):
@@ -382,7 +424,9 @@ def execute(
         "run_id": run_id,
         "timeout_s": timeout_s,
     }
-    executor = executor_for(device, slots, ray, runner, options)
+    for worker in workers or ():
+        worker.bind_run(run_id)
+    executor = executor_for(device, slots, ray, runner, options, workers)
     try:
         executor(work, record.on_start, record.on_result, outcome.card_peaks)
     except KeyboardInterrupt:

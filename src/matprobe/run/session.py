@@ -2,10 +2,12 @@
 
 :class:`RunSession` does what ``matprobe run`` does between parsing its
 options and printing: build the registry (the shipped families and the
-user's plugins) and read the manifest, select the variants, detect the
-device, thin the interpreted grids on the CPU, measure the device's peaks on
-CUDA, open the store, record the run, plan, execute with the baselines, note
-the GPU clocks before and after, and build the report with its notes. It
+user's plugins) and read the manifest, start the worker processes (before
+anything else, so that their set-up overlaps this process's), detect the
+device, select the variants, thin the interpreted grids on the CPU, open the
+store, record the run, plan, execute with the baselines (each card's worker
+measures its peaks and reads its clocks as it starts), note the GPU clocks
+before and after, and build the report with its notes. It
 takes plain values (:class:`RunOptions`), so any command — ``run`` today, a
 per-token command tomorrow — gets the same run; printing and writing the
 report stay with the caller.
@@ -41,6 +43,7 @@ from matprobe.run.runner import (
     RunOutcome,
     execute,
     make_plan,
+    worker_sets,
 )
 from matprobe.run.selection import (
     _check_pattern,
@@ -49,6 +52,7 @@ from matprobe.run.selection import (
     one_spec_per_interpreted_family,
 )
 from matprobe.run.store import ResultStore, default_store_path
+from matprobe.run.worker import Place, WorkerSet
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -253,18 +257,26 @@ class RunSession:
         specs come from; ``tokens`` is the profiled run's token count, if known."""
         if not specs:
             raise MatprobeError("no specs to run")
-        target = self._target()
-        device = target.device
-        variants, notes = self._variants_for(device)
         policy = self._policy()
-        baselines = {
-            op: self.manifest.baseline_for(op, self.registry) for op in {s.kind for s in specs}
-        }
-        db = self.options.db or default_store_path()
-        with ResultStore(db) as store:
-            plan, outcome, peaks = self._measure(
-                store, target, specs, variants, notes, policy, baselines, source
-            )
+        # The workers first: each imports torch and sets up its card (~6 s on a GPU
+        # host) while this process does the same to detect the device (~5 s) and plans.
+        workers = self._spawn_workers(self._places(), policy)
+        try:
+            target = self._target()
+            device = target.device
+            workers = self._adopt(workers, target, policy)
+            variants, notes = self._variants_for(device)
+            baselines = {
+                op: self.manifest.baseline_for(op, self.registry) for op in {s.kind for s in specs}
+            }
+            db = self.options.db or default_store_path()
+            with ResultStore(db) as store:
+                plan, outcome, peaks = self._measure(
+                    store, target, specs, variants, notes, policy, baselines, source, workers
+                )
+        finally:  # execute closed them; not if a bad option stopped the run first
+            for worker in workers:
+                worker.kill()
         peers = {family.name for family in self.registry.families() if family.peer}
         report = build_report(
             plan,
@@ -283,6 +295,61 @@ class RunSession:
         save_report(db, report)
         return RunResult(report, plan, outcome)
 
+    def _places(self) -> list[Place]:
+        """Where this run's worker processes measure, as far as is known before
+        torch is imported: the run's device (None: CUDA if any), or each card of
+        ``--gpus``; none for a Ray cluster (it starts its own), a ``--gpus`` that
+        :meth:`_target` will refuse, or ``--gpus all`` where the cards cannot be
+        counted without torch."""
+        options = self.options
+        if options.ray is not None:
+            return []
+        if options.gpus is None:
+            return [Place(options.device)]
+        from matprobe.run.pool import parse_gpus, visible_cuda_count
+
+        try:
+            wanted = parse_gpus(options.gpus)
+        except MatprobeError:
+            return []
+        if wanted is None:
+            wanted = list(range(visible_cuda_count() or 0))
+        return [Place("cuda", index) for index in wanted]
+
+    def _spawn_workers(self, places: Sequence[Place], policy: TimingPolicy) -> list[WorkerSet]:
+        workers = worker_sets(
+            places,
+            factory=self.options.factory,
+            plugins=self.plugins,
+            policy=policy,
+            timeout_s=self.options.timeout_s,
+        )
+        for worker in workers:
+            worker.spawn()
+        return workers
+
+    def _adopt(
+        self, workers: list[WorkerSet], target: _Target, policy: TimingPolicy
+    ) -> list[WorkerSet]:
+        """The workers started early, each given the device detected for its place;
+        fresh ones where they were started for other places than the run measures
+        on (torch counts the cards otherwise than nvidia-smi did)."""
+        if target.cluster is not None:
+            for worker in workers:
+                worker.kill()
+            return []
+        devices = [slot.device for slot in target.slots] if target.slots else [target.device]
+        places_hold = len(workers) == len(devices) and all(
+            worker.place.holds(device) for worker, device in zip(workers, devices, strict=True)
+        )
+        if not places_hold:
+            for worker in workers:
+                worker.kill()
+            workers = self._spawn_workers([Place(d.kind, d.index) for d in devices], policy)
+        for worker, device in zip(workers, devices, strict=True):
+            worker.bind_run(None, device)
+        return workers
+
     def _measure(
         self,
         store: ResultStore,
@@ -293,6 +360,7 @@ class RunSession:
         policy: TimingPolicy,
         baselines: dict[str, str | None],
         source: str,
+        workers: Sequence[WorkerSet],
     ) -> tuple[Plan, RunOutcome, dict[str, Any] | None]:
         """Records the run in ``store``, plans it and runs the plan: (plan, outcome,
         the card's peaks). Appends to ``notes`` what the CPU's quick plan left out."""
@@ -304,12 +372,6 @@ class RunSession:
         }
         if self.plugins:
             environment["plugins"] = list(self.plugins)
-        target.clocks_before = (
-            {label: gpu_clock_state(index) for label, index in target.cards.items()}
-            if target.local_cuda
-            else {}
-        )
-        environment["gpu_clocks_before"] = target.clocks_before
         # On this host's cards each worker measures its card's peaks as it starts
         # (all cards at once, while the others start), not this process first.
         peaks = None
@@ -349,8 +411,13 @@ class RunSession:
             },
             slots=target.slots,
             ray=cluster,
+            workers=workers,
         )
         if target.local_cuda:
+            # Each card's clock before its worker loaded it, as the worker read it.
+            found = {f"cuda:{w.place.index}": w.clocks_before for w in workers}
+            target.clocks_before = {label: found.get(label) or {} for label in target.cards}
+            store.add_to_run(run_id, {"gpu_clocks_before": target.clocks_before})
             peaks = outcome.card_peaks.get(next(iter(target.cards)))
             if peaks is None and not outcome.interrupted:
                 peaks = measure_peaks(device, store)  # no worker started: all cached

@@ -15,9 +15,11 @@ string and the plugin module names (:func:`~matprobe.measure.variants.registry_w
 the same call the parent made) — and imports no family module by itself.
 
 The pipe between them carries, parent to child, one item's tasks at a time
-(``("item", payload)``) and ``None`` to stop; child to parent
-``("ready", pid, peaks)`` once set up (``peaks``: the card's ceilings when asked
-to measure them, else None), ``("start", index)`` and ``("done", index, result)`` per pair,
+with the run they are measured for (``("item", run_id, payload)``) and ``None``
+to stop; child to parent
+``("ready", pid, peaks, clocks)`` once set up (``peaks``: the card's ceilings when
+asked to measure them, else None; ``clocks``: the card's clock state before the
+process loaded it), ``("start", index)`` and ``("done", index, result)`` per pair,
 ``("idle",)`` at the end of an item, ``("exit", why)`` before a deliberate exit
 (a poisoned CUDA context) and ``("fatal", traceback)``.
 
@@ -32,11 +34,11 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.pair import PairContext, error_result
@@ -53,6 +55,25 @@ POLL_S = 0.1
 STOP_TIMEOUT_S = 10.0
 #: What a worker calls for its card's bandwidth ceilings (``measure_peaks``).
 CARD_PEAKS = "matprobe.measure.peaks:measure_peaks_cuda"
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a worker process sets up, as known before torch is imported: ``kind``
+    "cuda", "cpu" or "mps", or None for the CUDA card if there is one, else the CPU
+    (the process decides, as :func:`~matprobe.measure.device.detect` would); the
+    card ``index``. The :class:`DeviceInfo` of its pairs comes with each item."""
+
+    kind: str | None
+    index: int = 0
+
+    def holds(self, device: DeviceInfo) -> bool:
+        """Whether a process set up here measures on ``device``."""
+        chosen = self.kind or ("cuda" if device.kind == "cuda" else "cpu")
+        return chosen == device.kind and self.index == device.index
+
+    def __str__(self) -> str:
+        return f"{self.kind or 'the default device'}:{self.index}"
 
 
 OnStart = Callable[[Task], None]
@@ -100,42 +121,92 @@ class Worker(_StopsOnExit):
     :meth:`run` measures an item; every task ends in exactly one ``on_result``
     call, whatever happens to the process — unless ``cancel`` is set (an
     interrupted multi-GPU run): then the process is killed and the tasks left get
-    none. The process is started on the first item and replaced after a crash, a
-    timeout or a poisoned context; :meth:`close` stops it."""
+    none. The process is started on the first item — or earlier, by :meth:`spawn`,
+    so that it imports torch and sets up its card while the parent plans — and
+    replaced after a crash, a timeout or a poisoned context; :meth:`close` stops it."""
 
     def __init__(
         self,
         *,
         factory: str = SHIPPED_FACTORY,
         plugins: Sequence[str] = (),
-        device: DeviceInfo,
+        device: DeviceInfo | None,
         policy: TimingPolicy,
         run_id: int | None,
         timeout_s: float,
         cpu_threads: int | None = None,
         measure_peaks: str | None = None,
+        place: Place | None = None,
     ) -> None:
         """``cpu_threads``: torch's CPU threads in the process (None: torch's
         default, every core); ``measure_peaks``: ``"module:function"`` the first
         process calls, once set up, for its card's bandwidth ceilings (a dict,
-        kept in :attr:`peaks`; :data:`CARD_PEAKS` on a GPU)."""
-        self.ctx = PairContext(device, policy, run_id)
+        kept in :attr:`peaks`; :data:`CARD_PEAKS` on a GPU). ``place``: where the
+        process sets up, for a worker made before ``device`` is known (it is
+        then given by :meth:`bind_run`, before the first item)."""
+        if place is None:
+            if device is None:
+                raise ValueError("a Worker needs its device or its place")
+            place = Place(device.kind, device.index)
+        self._device, self._policy, self._run_id = device, policy, run_id
+        self.place = place
         self.timeout_s = timeout_s
-        self._args = (factory, tuple(plugins), asdict(device), asdict(policy), run_id, cpu_threads)
+        self._args = (factory, tuple(plugins), asdict(place), asdict(policy), cpu_threads)
         self._measure_peaks = measure_peaks
         self._proc: BaseProcess | None = None
         self._conn: Connection | None = None
+        #: the process has said it is set up (False while it starts, or without one)
+        self._ready = False
+        #: when the process was started (time.monotonic()), for its start-up deadline
+        self._spawned_at = 0.0
         #: the pid of every process started, as each reported it from inside itself
         self.pids: list[int] = []
         #: the card's peaks, once the first process has measured them (see measure_peaks)
         self.peaks: dict[str, Any] | None = None
+        #: the card's clock state (nvidia-smi) as the first process found it, before
+        #: it loaded the card; {} off CUDA, None before a process has started
+        self.clocks_before: dict[str, str] | None = None
+
+    @property
+    def ctx(self) -> PairContext:
+        """The device, policy and run the results of this worker's pairs are for."""
+        if self._device is None:
+            raise RuntimeError("the worker was made for a place: bind_run gives its device")
+        return PairContext(self._device, self._policy, self._run_id)
+
+    def bind_run(self, run_id: int | None, device: DeviceInfo | None = None) -> None:
+        """The run (and, for a worker made for a place, the device) the next items'
+        results belong to: a worker spawned before the parent detected its device and
+        recorded the run learns them here; the process is sent both with each item."""
+        self._run_id = run_id
+        if device is not None:
+            if not self.place.holds(device):
+                raise ValueError(f"a worker set up for {self.place} cannot measure on {device}")
+            self._device = device
+
+    def spawn(self) -> None:
+        """Start the process now, without waiting for it to be set up: the next
+        :meth:`run` waits for it (a process that has not started is started there)."""
+        if self._proc is not None:
+            return
+        mp = multiprocessing.get_context("spawn")
+        parent_conn, child_conn = mp.Pipe()
+        # Only the first process measures the card (a replacement after a crash
+        # would measure a card that just misbehaved, and take the time again).
+        measure = None if self.pids else self._measure_peaks
+        proc = mp.Process(target=_worker_main, args=(child_conn, *self._args, measure), daemon=True)
+        proc.start()
+        child_conn.close()
+        self._proc, self._conn = proc, parent_conn
+        self._spawned_at = time.monotonic()
 
     def close(self) -> None:
-        """Ask the process to exit (killed if it does not within STOP_TIMEOUT_S)."""
-        if self._conn is not None:
+        """Ask the process to exit (killed if it does not within STOP_TIMEOUT_S); one
+        still starting up has measured nothing and is killed at once."""
+        if self._conn is not None and self._ready:
             with contextlib.suppress(OSError):  # already gone
                 self._conn.send(None)
-        self._reap()
+        self._reap(kill=not self._ready)
 
     def kill(self) -> None:
         self._reap(kill=True)
@@ -157,7 +228,7 @@ class Worker(_StopsOnExit):
 
         try:
             while remaining:
-                fresh = self._proc is None
+                fresh = not self._ready
                 if fresh:
                     message = self._start(cancel)
                     if message is CANCELLED:
@@ -174,22 +245,18 @@ class Worker(_StopsOnExit):
     # --- the process ------------------------------------------------------------------
 
     def _start(self, cancel: threading.Event | None) -> tuple[Any, ...]:
-        """Start a process and wait until it is set up: its ``("ready", pid, peaks)``, or
-        the message that says why not (the process is then gone)."""
-        mp = multiprocessing.get_context("spawn")
-        parent_conn, child_conn = mp.Pipe()
-        # Only the first process measures the card (a replacement after a crash
-        # would measure a card that just misbehaved, and take the time again).
-        measure = None if self.pids else self._measure_peaks
-        args = (child_conn, *self._args, measure)
-        proc = mp.Process(target=_worker_main, args=args, daemon=True)
-        proc.start()
-        child_conn.close()
-        self._proc, self._conn = proc, parent_conn
-        message = self._next_message(time.monotonic() + STARTUP_TIMEOUT_S, cancel)
+        """Start a process (unless :meth:`spawn` did) and wait until it is set up: its
+        ``("ready", pid, peaks, clocks)``, or the message that says why not (the process is
+        then gone)."""
+        measures_peaks = not self.pids and self._measure_peaks is not None
+        self.spawn()
+        message = self._next_message(self._spawned_at + STARTUP_TIMEOUT_S, cancel)
         if message[0] == "ready":
+            self._ready = True
+            if not self.pids:
+                self.clocks_before = dict(message[3])
             self.pids.append(int(message[1]))
-            if measure is not None and message[2] is not None:
+            if measures_peaks and message[2] is not None:
                 self.peaks = dict(message[2])
         else:
             self._reap(kill=True)
@@ -229,6 +296,7 @@ class Worker(_StopsOnExit):
         """Forget the process, killing it first if asked; its exit code (None: none)."""
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
+        self._ready = False
         if proc is None:
             return None
         if kill:
@@ -259,7 +327,9 @@ class Worker(_StopsOnExit):
         current: Task | None = None
         started = False
         try:
-            self._conn.send(("item", [task_data(task) for task in remaining.values()]))
+            tasks = [task_data(task) for task in remaining.values()]
+            ctx = self.ctx
+            self._conn.send(("item", ctx.run_id, asdict(ctx.device), tasks))
         except OSError:
             message: tuple[Any, ...] = ("died",)
         else:
@@ -334,11 +404,42 @@ class WorkerSet(_StopsOnExit):
         self._workers: dict[tuple[str, ...], Worker] = {}
 
     def worker_for(self, tasks: Sequence[Task]) -> Worker:
-        needed = plugins_needed(tasks, self._plugins)
-        if needed not in self._workers:
-            peaks = self._measure_peaks if not needed else None
-            self._workers[needed] = Worker(plugins=needed, measure_peaks=peaks, **self._options)
-        return self._workers[needed]
+        return self._worker(plugins_needed(tasks, self._plugins))
+
+    def _worker(self, plugins: tuple[str, ...]) -> Worker:
+        if plugins not in self._workers:
+            peaks = self._measure_peaks if not plugins else None
+            self._workers[plugins] = Worker(plugins=plugins, measure_peaks=peaks, **self._options)
+        return self._workers[plugins]
+
+    def spawn(self) -> None:
+        """Start the process of matprobe's own families (the one that measures the
+        card's peaks) ahead of its first item; a plugin's starts on its first item."""
+        self._worker(()).spawn()
+
+    @property
+    def place(self) -> Place:
+        """Where the processes set up (see :class:`Place`)."""
+        place = self._options.get("place")
+        if place is None:
+            device = self._options["device"]
+            return Place(device.kind, device.index)
+        return cast(Place, place)
+
+    @property
+    def clocks_before(self) -> dict[str, str] | None:
+        """The card's clock state as the first of these processes found it."""
+        found = [w.clocks_before for w in self._workers.values() if w.clocks_before is not None]
+        return found[0] if found else None
+
+    def bind_run(self, run_id: int | None, device: DeviceInfo | None = None) -> None:
+        """The run (and device: see :meth:`Worker.bind_run`) the results of every
+        worker, started or to come, belong to."""
+        self._options["run_id"] = run_id
+        if device is not None:
+            self._options["device"] = device
+        for worker in self._workers.values():
+            worker.bind_run(run_id, device)
 
     def run(
         self,

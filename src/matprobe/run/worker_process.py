@@ -23,7 +23,7 @@ from matprobe.measure.pair import (
     measure_pair_safely,
 )
 from matprobe.measure.results import ErrorKind, PairResult
-from matprobe.measure.timing import TimingPolicy
+from matprobe.measure.timing import TimingPolicy, gpu_clock_state
 from matprobe.measure.variants import Registry, import_ref
 from matprobe.run.task import Task, TaskData, load_registry, task_from_data
 
@@ -32,24 +32,15 @@ def _worker_main(
     conn: Connection,
     factory: str,
     plugins: tuple[str, ...],
-    device: dict[str, Any],
+    place: dict[str, Any],
     policy: dict[str, Any],
-    run_id: int | None,
     cpu_threads: int | None = None,
     measure_peaks: str | None = None,
 ) -> None:
     # Ctrl-C goes to the whole process group: the parent decides, the worker waits.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if device["kind"] == "cpu":
-        # Triton reads this when it is first imported: no GPU, so interpret kernels.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
-        if cpu_threads is not None:
-            # Workers sharing a host share its cores: each drawing float64 inputs
-            # with every core's worth of threads would oversubscribe them all.
-            import torch
-
-            torch.set_num_threads(cpu_threads)
+        kind, index = _set_up_place(place["kind"], int(place["index"]), cpu_threads)
         # What the judge and the baseline run, as matprobe and torch define it,
         # before any plugin is imported (matprobe.measure.tamper).
         from matprobe.measure.tamper import Snapshot
@@ -58,19 +49,17 @@ def _worker_main(
         # A plugin found in the parent's current directory is found here too
         # (registry_with_plugins puts the working directory on sys.path).
         registry = load_registry(factory, plugins)
-        info = DeviceInfo.from_dict(device)
-        if info.kind == "cuda" and info.index:
-            # Pinned to its card (one worker per card with --gpus): the measuring code
-            # names cuda:<index>, and this makes Triton launches, streams and CUDA
-            # graphs, which use the current device, follow it there.
-            import torch
-
-            torch.cuda.set_device(info.index)
+        # The card's clock as this process finds it, before it loads the card (the
+        # parent, still importing torch, cannot name the card to nvidia-smi yet).
+        clocks = gpu_clock_state(index) if kind == "cuda" else {}
         # This card's ceilings, measured here while the other cards' workers start
-        # and measure theirs: no card waits for another's sweep.
+        # and measure theirs: no card waits for another's sweep. A process that chose
+        # its device itself measures a card's ceilings only if it found a card.
+        if place["kind"] is None and kind != "cuda":
+            measure_peaks = None
         peaks = _call(measure_peaks) if measure_peaks else None
-        ctx = PairContext(info, TimingPolicy(**policy), run_id)
-        conn.send(("ready", os.getpid(), peaks))
+        timing = TimingPolicy(**policy)
+        conn.send(("ready", os.getpid(), peaks, clocks))
         while True:
             try:
                 message = conn.recv()
@@ -78,7 +67,15 @@ def _worker_main(
                 return
             if message is None:
                 return
-            if not _measure_item(conn, message[1], registry, ctx, snapshot):
+            # The run and the device come with each item: the process starts before
+            # the parent has detected the device and recorded the run.
+            _, run_id, device, tasks = message
+            info = DeviceInfo.from_dict(device)
+            if (info.kind, info.index) != (kind, index):
+                asked = f"{info.kind}:{info.index}"
+                raise RuntimeError(f"set up on {kind}:{index}, sent pairs for {asked}")
+            ctx = PairContext(info, timing, run_id)
+            if not _measure_item(conn, tasks, registry, ctx, snapshot):
                 return
             conn.send(("idle",))
     except Exception:
@@ -86,6 +83,32 @@ def _worker_main(
             conn.send(("fatal", traceback.format_exc(limit=5)))
     finally:
         conn.close()
+
+
+def _set_up_place(kind: str | None, index: int, cpu_threads: int | None) -> tuple[str, int]:
+    """Settle where this process measures (None: the CUDA card if there is one,
+    else the CPU) and set the process up for it; the kind and card index."""
+    if kind is None:
+        from matprobe.measure.device import cuda_available
+
+        kind = "cuda" if cuda_available() else "cpu"
+    if kind == "cpu":
+        # Triton reads this when it is first imported: no GPU, so interpret kernels.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if cpu_threads is not None:
+        # Workers sharing a host share its cores: each drawing float64 inputs
+        # with every core's worth of threads would oversubscribe them all.
+        import torch
+
+        torch.set_num_threads(cpu_threads)
+    if kind == "cuda" and index:
+        # Pinned to its card (one worker per card with --gpus): the measuring code
+        # names cuda:<index>, and this makes Triton launches, streams and CUDA
+        # graphs, which use the current device, follow it there.
+        import torch
+
+        torch.cuda.set_device(index)
+    return kind, index
 
 
 def _call(ref: str) -> dict[str, Any]:
