@@ -493,7 +493,9 @@ def cheat_judge_thinner(
         judges = [
             o
             for o in gc.get_objects()
-            if isinstance(o, CallAnswers) and tuple(o.operands.w.shape[-2:]) == shape
+            # type(), not isinstance(): isinstance asks some of torch's deprecated
+            # module proxies for __class__, and they warn when asked
+            if type(o) is CallAnswers and tuple(o.operands.w.shape[-2:]) == shape
         ]
         if not judges:
             out.copy_(exact(inputs))

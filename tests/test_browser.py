@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 
 from matprobe.cli import main
-from matprobe.report.html import plotly_bundle
 from stored_runs import HOSTILE_SHOWN, PLUGIN, store_run
 
 #: Debian's binary first: /usr/bin/chromium is a shell wrapper around it.
@@ -62,23 +61,14 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """report.html as ``matprobe report --out`` writes it: with SVG plots, and with
-    plotly's where plotly is installed."""
+def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """report.html as ``matprobe report --out`` writes it."""
     folder = tmp_path_factory.mktemp("browser")
     db = folder / "r.sqlite"
     store_run(db)
-    written = {}
-    modes = ["svg"] + (["plotly"] if plotly_bundle() is not None else [])
-    for mode in modes:
-        out = folder / mode
-        code = main(
-            ["report", "1", "--store", str(db), "--out", str(out), "--plots", mode],
-            out=io.StringIO(),
-        )
-        assert code == 0
-        written[mode] = out / "report.html"
-    return written
+    code = main(["report", "1", "--store", str(db), "--out", str(folder)], out=io.StringIO())
+    assert code == 0
+    return folder / "report.html"
 
 
 def visit(browser: Any, page_file: Path) -> tuple[Any, list[str]]:
@@ -114,26 +104,19 @@ def visit(browser: Any, page_file: Path) -> tuple[Any, list[str]]:
     return page, problems
 
 
-@pytest.mark.parametrize("mode", ["svg", "plotly"])
-def test_the_report_in_a_browser(browser: Any, pages: dict[str, Path], mode: str) -> None:
-    if mode not in pages:
-        pytest.skip("plotly is not installed (the 'report' extra)")
-    page, problems = visit(browser, pages[mode])
+def test_the_report_in_a_browser(browser: Any, page_file: Path) -> None:
+    page, problems = visit(browser, page_file)
     # a plot for every spec, with a point per validated variant
     assert page.locator("section.spec").count() == SPECS
     figures = page.locator("section.spec figure.plot")
     assert figures.count() == SPECS
-    point = "svg circle" if mode == "svg" else "svg .scatterlayer .point"
     for i in range(SPECS):
-        assert figures.nth(i).locator(point).count() >= 2, f"spec {i} has no plotted variant"
-    # hostile names are text: in the title, the table and (plotly) the axis labels
+        assert figures.nth(i).locator("svg circle").count() >= 2, f"spec {i} has no variant"
+    # hostile names are text: in the title and the table …
     assert HOSTILE_SHOWN in page.locator("h1").inner_text()
     cells = page.locator("section.spec td").all_text_contents()
     assert PLUGIN_SHOWN in cells
-    if mode == "plotly":
-        ticks = page.locator("figure.plot .ytick text").all_text_contents()
-        assert PLUGIN_SHOWN in ticks
-    # … and ran nothing: only the page's own scripts exist
-    assert page.locator("script").count() == (0 if mode == "svg" else 3)
+    # … and ran nothing: the page has no script
+    assert page.locator("script").count() == 0
     page.context.close()
     assert problems == []

@@ -5,27 +5,22 @@ a real browser."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import html
-import json
 import re
 from pathlib import Path
 
 import pytest
 
-from matprobe.report import html as report_html
 from matprobe.report.compare import compare_reports
-from matprobe.report.html import render_compare_html, render_html, script_json
+from matprobe.report.html import render_compare_html, render_html
 from matprobe.report.model import Report
-from matprobe.report.svg_plot import Axis, TimedRow, timing_chart
+from matprobe.report.svg_plot import Axis, TimedRow, esc, timing_chart
 from stored_runs import (
     CRASHING,
     FAILING,
     HOSTILE,
     HOSTILE_SHOWN,
     OURS,
-    PLUGIN,
     STANDARD,
     RunPlan,
     store_run,
@@ -46,12 +41,8 @@ def policy(page: str) -> str:
     return html.unescape(found.group(1))
 
 
-def scripts(page: str) -> list[str]:
-    return re.findall(r"<script\b[^>]*>(.*?)</script>", page, flags=re.DOTALL)
-
-
 def test_a_plot_for_every_spec(report: Report) -> None:
-    page = render_html(report, plots="svg")
+    page = render_html(report)
     figures = re.findall(r'<figure class="plot">(<svg.*?</svg>)</figure>', page, re.DOTALL)
     assert len(figures) == len(report.sections) == 3
     for figure, section in zip(figures, report.sections, strict=True):
@@ -62,7 +53,7 @@ def test_a_plot_for_every_spec(report: Report) -> None:
 
 
 def test_the_page_has_what_the_text_report_has(report: Report) -> None:
-    page = render_html(report, plots="svg")
+    page = render_html(report)
     for heading in ("Summary", "Impact per token"):
         assert f"<h2>{heading}</h2>" in page
     assert "saved µs/token" in page and "calls per token" in page  # the token table
@@ -79,55 +70,32 @@ def test_the_page_has_what_the_text_report_has(report: Report) -> None:
 def test_no_name_reaches_the_markup(report: Report) -> None:
     """Device, backend, variant, source and reason all carry <script>, a backtick and
     an ESC: each appears escaped, none raw, and ESC is spelled out as on a terminal."""
-    for plots in ("svg", "plotly"):
-        if plots == "plotly" and report_html.plotly_bundle() is None:
-            continue
-        page = render_html(report, plots=plots)
-        assert "alert(1)</script>" not in page.replace("<\\/script", "")
-        assert "\x1b" not in page
-        assert ESCAPED in page and "\\x1b[2J" in page
-        assert page.count("<script") == (0 if plots == "svg" else 3)
-
-
-def test_json_in_a_script_cannot_end_it() -> None:
-    text = script_json({"name": "</script><!--<script>", "esc": "\x1b", "amp": "&"})
-    assert "<" not in text and ">" not in text and "&" not in text and "\x1b" not in text
-    assert json.loads(text) == {"name": "</script><!--<script>", "esc": "\x1b", "amp": "&"}
+    page = render_html(report)
+    assert "alert(1)</script>" not in page
+    assert "\x1b" not in page
+    assert ESCAPED in page and "\\x1b[2J" in page
+    assert "<script" not in page  # the page has no script at all
 
 
 def test_the_svg_page_is_small_and_loads_nothing(report: Report) -> None:
-    page = render_html(report, plots="svg")
+    page = render_html(report)
     assert len(page.encode()) < 60_000
     assert not re.search(r"""(src|href|action)\s*=\s*["']?\s*(https?:)?//""", page)
     assert "default-src 'none'" in policy(page) and "script-src 'none'" in policy(page)
 
 
-def test_plotly_is_inlined_once_and_only_its_scripts_may_run(report: Report) -> None:
-    bundle = report_html.plotly_bundle()
-    if bundle is None:
-        pytest.skip("plotly is not installed (the 'report' extra)")
-    page = render_html(report, plots="plotly")
-    inline = scripts(page)
-    assert len(inline) == 3  # the bundle, the data (JSON), the drawing script
-    assert page.count(bundle[:200]) == 1 and len(page) < len(bundle) + 80_000
-    allowed = set(re.findall(r"sha256-([A-Za-z0-9+/=]+)", policy(page)))
-    runnable = {s for s in inline if not s.startswith("{")}  # the JSON block never runs
-    hashes = {base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() for s in runnable}
-    assert hashes == allowed
-    data = json.loads(next(s for s in inline if s.startswith("{")))
-    labels = data["specs"][0]["labels"]
-    assert OURS in labels and PLUGIN not in labels  # plotly reads tags in text: escaped
-    assert any(ESCAPED in label for label in labels)
-
-
-def test_auto_falls_back_to_svg_without_plotly(
-    report: Report, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(report_html, "plotly_bundle", lambda: None)
+def test_every_mark_of_a_plot_carries_its_figures_as_a_tooltip(report: Report) -> None:
+    """The one plot path is SVG: each variant's dot and bar say their figures on
+    hover (an SVG <title>), so nothing the dropped interactive charts showed is lost."""
     page = render_html(report)
-    assert "<script" not in page and page.count('<figure class="plot"><svg') == 3
-    with pytest.raises(ValueError, match="needs plotly"):
-        render_html(report, plots="plotly")
+    figure = re.search(r'<figure class="plot">(<svg.*?</svg>)</figure>', page, re.DOTALL)
+    assert figure is not None
+    tips = re.findall(r"<title>(.*?)</title>", figure.group(1))
+    timed = [row for row in report.sections[0].rows if row.timed]
+    assert len(tips) > len(timed)  # the chart's own title, then a tip per mark
+    for row in timed:
+        shown = esc(row.result.variant_id)
+        assert any(shown in tip and "µs" in tip for tip in tips), row.result.variant_id
 
 
 def test_a_spec_with_nothing_timed_still_gets_a_plot() -> None:
@@ -158,5 +126,5 @@ def test_the_comparison_page(tmp_path: Path) -> None:
     assert "<script" not in page and ESCAPED in page and "\x1b" not in page
     assert page.count('<figure class="plot"><svg') == 3
     assert page.count('class="v-SLOWER"') == 3  # ours, 10 % slower on every spec
-    with_section = render_html(b, plots="svg", comparison=comparison)
+    with_section = render_html(b, comparison=comparison)
     assert '<section id="compare">' in with_section and HOSTILE_SHOWN.split("`")[1] in page

@@ -150,7 +150,6 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.report.tables import REPORT_COLUMNS
     from matprobe.report.text import render_terminal
 
-    _check_plots(args.plots)
     default = _store_path(args)
     ref = parse_run_ref(args.run, default) if args.run else RunRef(default, None)
     report, _ = _load_ref(ref)
@@ -159,19 +158,12 @@ def cmd_report(args: argparse.Namespace, out: TextIO) -> int:
         "md": lambda: render_markdown(report),
         "json": lambda: _json(to_json(report)),
         "csv": lambda: to_csv(report),
-        "html": lambda: render_html(report, plots=args.plots),
+        "html": lambda: render_html(report),
     }
     if args.out:
         _write_all(Path(args.out), "report", renders)
     _emit(out, args.format, renders)
     return EXIT_OK
-
-
-def _check_plots(plots: str) -> None:
-    from matprobe.report.html import plotly_bundle
-
-    if plots == "plotly" and plotly_bundle() is None:
-        raise MatprobeError("--plots plotly needs plotly: pip install 'matprobe[report]'")
 
 
 # ---- compare -----------------------------------------------------------------------
@@ -285,12 +277,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--format", choices=FORMATS, default="text", help="what to print (text)")
     p.add_argument("--out", metavar="DIR", help="also write every form there")
     p.add_argument("--wide", action="store_true", help=WIDE_HELP)
-    p.add_argument(
-        "--plots",
-        choices=("auto", "plotly", "svg"),
-        default="auto",
-        help="HTML plots: plotly when installed (the 'report' extra), else inline SVG",
-    )
+    # The HTML report's plots are inline SVG, the one kind; the option stays so that
+    # a script passing it still runs (plotly, dropped, is refused by its choices).
+    p.add_argument("--plots", choices=("auto", "svg"), default="auto", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_report)
 
     p = subparsers.add_parser(

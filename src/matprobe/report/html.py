@@ -6,29 +6,20 @@ validated variant's device time (median, p10–p90) against the baseline and
 the production figure, with its share of the read ceiling as a roofline-style
 bar; the full table with FAIL/ERROR reasons and the unsupported pairs.
 
-Plots: with plotly installed (the ``report`` extra) its offline bundle is
-inlined once and draws interactive charts from data embedded as JSON; without
-it (or with ``plots="svg"``) :mod:`matprobe.report.svg_plot` draws them as
-inline SVG — no script at all, a far smaller file.
+Plots: :mod:`matprobe.report.svg_plot` draws them as inline SVG, each mark
+with its figures as a tooltip — the one plot path (an interactive plotly
+renderer beside it was dropped: a second drawing of the same figures, a 4.8 MB
+script in every file and an extra to install).
 
 Names from a profile, a manifest or a plugin are data, never markup: every
-text goes through :func:`~matprobe.report.svg_plot.esc`, JSON embedded in a
-``<script>`` has ``<``, ``>`` and ``&`` as ``\\u`` escapes (so neither ``</script>``
-nor ``<!--`` can end or bend it), and labels handed to plotly, which reads a
-few HTML tags in text, are entity-escaped. A Content-Security-Policy allows
-no network access and only the page's own scripts (by hash), so even a name
-that slipped through could neither run nor fetch anything.
+text goes through :func:`~matprobe.report.svg_plot.esc`. The page holds no
+script, and its Content-Security-Policy allows none and no network access, so
+even a name that slipped through could neither run nor fetch anything.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import importlib
-import json
-import re
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
 from matprobe import __version__
@@ -58,8 +49,6 @@ from matprobe.report.compare import (
 )
 from matprobe.report.model import Report, Row, SpecSection
 from matprobe.report.svg_plot import RatioRow, TimedRow, esc, ratio_chart, timing_chart
-
-PLOT_MODES = ("auto", "plotly", "svg")
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;
@@ -92,49 +81,23 @@ footer{margin-top:32px;color:#777;font-size:12px}
 """
 
 
-def plotly_bundle() -> str | None:
-    """plotly.js, minified, from the plotly package (the ``report`` extra), or None."""
-    try:
-        offline = importlib.import_module("plotly.offline")
-    except ImportError:
-        return None
-    return str(offline.get_plotlyjs())
+#: No network, no plugins, no forms, no script.
+_CSP = (
+    "default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+    "base-uri 'none'; form-action 'none'"
+)
 
 
-def script_json(data: Any) -> str:
-    """``data`` as JSON that is safe inside ``<script>``: no ``<``, ``>`` or ``&``
-    (so no ``</script>``, no ``<!--``), no raw control or non-ASCII characters."""
-    text = json.dumps(data, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _csp(scripts: Sequence[str]) -> str:
-    """No network, no plugins, no forms; scripts only these (by their sha256)."""
-    hashes = " ".join(
-        f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'"
-        for s in scripts
-    )
-    script = f"script-src {hashes}" if scripts else "script-src 'none'"
-    return (
-        f"default-src 'none'; {script}; style-src 'unsafe-inline'; img-src data:; "
-        "base-uri 'none'; form-action 'none'"
-    )
-
-
-def _page(title: str, body: Sequence[str], scripts: Sequence[str] = (), data: Any = None) -> str:
-    tail = ""
-    if data is not None:
-        tail += f'<script type="application/json" id="matprobe-data">{script_json(data)}</script>'
-    tail += "".join(f"<script>{s}</script>" for s in scripts)
+def _page(title: str, body: Sequence[str]) -> str:
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{esc(_csp(scripts))}">'
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(_CSP)}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{_CSS}</style></head>\n<body>\n"
         + "\n".join(body)
         + f"\n<footer>matprobe {esc(__version__)} · one self-contained file: it loads "
-        "nothing from the network</footer>\n" + tail + "\n</body></html>\n"
+        "nothing from the network</footer>\n</body></html>\n"
     )
 
 
@@ -194,29 +157,6 @@ def _production(section: SpecSection) -> tuple[float | None, str]:
     return section.production_us, label
 
 
-def _plotly_spec(section: SpecSection, read_ceiling: bool) -> dict[str, Any]:
-    """What the page's script needs to draw one spec's chart with plotly. Labels are
-    entity-escaped: plotly reads <b>, <a href> … in text, and must show them."""
-    rows = _timed_rows(section)
-    production, production_label = _production(section)
-    return {
-        "labels": [esc(r.label) for r in rows],
-        "median": [r.median_us for r in rows],
-        "p10": [r.p10_us for r in rows],
-        "p90": [r.p90_us for r in rows],
-        "kind": [r.kind for r in rows],
-        "pct": [r.pct_read for r in rows] if read_ceiling else None,
-        "baseline": section.baseline_us,
-        "production": production,
-        "productionLabel": esc(production_label),
-    }
-
-
-def _draw_script() -> str:
-    """The page's own script: draws every ``figure.plot[data-index]`` with plotly."""
-    return (resources.files("matprobe") / "data" / "report_plots.js").read_text(encoding="utf-8")
-
-
 def _header(report: Report) -> list[str]:
     lines = _header_lines(report)
     return [
@@ -261,7 +201,7 @@ def _unsupported(section: SpecSection) -> str:
     )
 
 
-def _spec_section(report: Report, section: SpecSection, index: int, plotly: bool) -> list[str]:
+def _spec_section(report: Report, section: SpecSection, index: int) -> list[str]:
     read_ceiling = bool(report.peaks and report.peaks.get("read_gbps"))
     label = short_label(section.spec)
     out = [
@@ -270,19 +210,16 @@ def _spec_section(report: Report, section: SpecSection, index: int, plotly: bool
     ]
     if details := _spec_lines(section, report):
         out.append(f"<p>{esc(' · '.join(details))}</p>")
-    if plotly:
-        out.append(f'<figure class="plot" data-index="{index}"></figure>')
-    else:
-        production, production_label = _production(section)
-        chart = timing_chart(
-            f"device time per call: {label}",
-            _timed_rows(section),
-            baseline_us=section.baseline_us,
-            production_us=production,
-            production_label=production_label,
-            read_ceiling=read_ceiling,
-        )
-        out.append(f'<figure class="plot">{chart}</figure>')
+    production, production_label = _production(section)
+    chart = timing_chart(
+        f"device time per call: {label}",
+        _timed_rows(section),
+        baseline_us=section.baseline_us,
+        production_us=production,
+        production_label=production_label,
+        read_ceiling=read_ceiling,
+    )
+    out.append(f'<figure class="plot">{chart}</figure>')
     if not read_ceiling:
         out.append("<p>% of read ceiling: no read ceiling was measured in this run (CPU).</p>")
     if section.rows:
@@ -309,27 +246,8 @@ def _spec_section(report: Report, section: SpecSection, index: int, plotly: bool
     return out
 
 
-def _plots(mode: str) -> str | None:
-    """The plotly bundle when plotly draws the plots, None for SVG."""
-    if mode not in PLOT_MODES:
-        raise ValueError(f"plots must be one of {', '.join(PLOT_MODES)}, not {mode!r}")
-    if mode == "svg":
-        return None
-    bundle = plotly_bundle()
-    if bundle is None and mode == "plotly":
-        raise ValueError("plots='plotly' needs plotly (pip install 'matprobe[report]')")
-    if bundle is not None:
-        # Inline, "</script" would end the element; "<\\/" means the same in JS text.
-        bundle = re.sub(r"</(script)", r"<\\/\1", bundle, flags=re.IGNORECASE)
-    return bundle
-
-
-def render_html(
-    report: Report, *, plots: str = "auto", comparison: Comparison | None = None
-) -> str:
-    """The report as one HTML page. ``plots``: ``auto`` (plotly when installed, else
-    SVG), ``plotly`` or ``svg``. ``comparison`` adds its section after the summary."""
-    bundle = _plots(plots)
+def render_html(report: Report, *, comparison: Comparison | None = None) -> str:
+    """The report as one HTML page; ``comparison`` adds its section after the summary."""
     body = _header(report)
     nav = ['<a href="#summary">Summary</a>', '<a href="#impact">Impact per token</a>']
     if comparison is not None:
@@ -342,13 +260,8 @@ def render_html(
     if comparison is not None:
         body += compare_section(comparison)
     for i, section in enumerate(report.sections):
-        body += _spec_section(report, section, i, bundle is not None)
-    title = f"matprobe run {report.run_id} on {report.device.name}"
-    if bundle is None:
-        return _page(title, body)
-    read_ceiling = bool(report.peaks and report.peaks.get("read_gbps"))
-    data = {"specs": [_plotly_spec(s, read_ceiling) for s in report.sections]}
-    return _page(title, body, scripts=[bundle, _draw_script()], data=data)
+        body += _spec_section(report, section, i)
+    return _page(f"matprobe run {report.run_id} on {report.device.name}", body)
 
 
 # ---- comparison --------------------------------------------------------------------
@@ -397,5 +310,5 @@ def _verdict_table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def render_compare_html(c: Comparison) -> str:
-    """The comparison alone, as one page (its charts are SVG: no script)."""
+    """The comparison alone, as one page."""
     return _page(f"matprobe compare: {c.a_name} → {c.b_name}", compare_section(c))
