@@ -12,7 +12,9 @@
   into the measurement core beyond what a result, a device, a timing policy and
   a variant are, nor into the run side beyond the plan, the store and calls per
   token; of ``run/``, only the session (a run from specs to its report) imports
-  ``report/``; and only the entry points (``python -m matprobe``) import ``cli/``.
+  ``report/``; and only the entry points (``python -m matprobe``) import ``cli/``;
+* rooms stay small enough to read: no module over 500 lines, no function over
+  80 outside Triton kernels and a command's argument table.
 """
 
 from __future__ import annotations
@@ -271,6 +273,42 @@ def test_the_triton_families_and_the_peers_keep_to_their_folders() -> None:
         if "matprobe.kernels.triton._common" in graph[module]:
             assert "sources=(common,)" in MODULES[module].read_text(encoding="utf-8"), module
     assert not {m for m in triton | peers if "matprobe.kernels.catalogue" in graph[m]}
+
+
+#: Longest module and function (issue 22). A Triton kernel's body is one launch's
+#: whole program, and a subcommand's argument table (``register``) one declaration
+#: per option: neither reads better cut in two.
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+
+
+def _long_functions(tree: ast.Module) -> list[tuple[str, int]]:
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        lines = (node.end_lineno or node.lineno) - node.lineno + 1
+        kernel = any("jit" in ast.unparse(d) for d in node.decorator_list)
+        if lines > MAX_FUNCTION_LINES and not kernel and node.name != "register":
+            found.append((node.name, lines))
+    return found
+
+
+def test_no_module_or_function_outgrows_a_reading() -> None:
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        name = path.relative_to(SRC)
+        if (lines := len(text.splitlines())) > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {lines} lines")
+        too_long += [f"{name}:{fn}: {n} lines" for fn, n in _long_functions(ast.parse(text))]
+    assert too_long == []
+
+
+def test_the_length_rule_sees_a_long_function() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    tree = ast.parse(f"def long():\n{body}\n\n@triton.jit\ndef kernel():\n{body}\n")
+    assert _long_functions(tree) == [("long", MAX_FUNCTION_LINES + 1)]
 
 
 def test_the_cycle_finder_finds_one() -> None:

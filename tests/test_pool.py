@@ -485,7 +485,8 @@ def test_a_run_knows_where_to_start_its_workers_before_torch_is_imported(
     monkeypatch: pytest.MonkeyPatch, options: dict[str, Any], places: list[worker_mod.Place]
 ) -> None:
     from matprobe.run import pool
-    from matprobe.run.session import RunOptions, RunSession
+    from matprobe.run.executors import early_places
 
     monkeypatch.setattr(pool, "visible_cuda_count", lambda: 2)
-    assert RunSession(RunOptions(**options))._places() == places
+    asked = {"device": None, "gpus": None, "ray": None, **options}
+    assert early_places(**asked) == places

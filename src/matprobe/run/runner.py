@@ -34,10 +34,11 @@ from matprobe.measure.fingerprint import changed_sources
 from matprobe.measure.results import PairResult, Status
 from matprobe.measure.timing import TimingPolicy
 from matprobe.measure.variants import SHIPPED_FACTORY, Variant
+from matprobe.run.executors import executor_for
 from matprobe.run.store import ResultKey, ResultStore
 from matprobe.run.task import Task
 from matprobe.run.work import WorkQueue
-from matprobe.run.worker import CARD_PEAKS, Place, WorkerSet, run_tasks
+from matprobe.run.worker import WorkerSet, run_tasks
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -261,122 +262,6 @@ def _chunk_work(chunk: Sequence[tuple[int, PlannedPair]]) -> int:
 
 OnStart = Callable[[Task], None]
 OnResult = Callable[[Task, PairResult], None]
-
-
-#: Where a run's work items are measured: it takes items from the queue (the next
-#: family's tasks, None when the work is done) until none is left, reports each
-#: task as it starts and each result as it comes, and records the read ceiling of
-#: every card it measured on in the dict it is given (also when interrupted).
-Executor = Callable[[WorkQueue, OnStart, OnResult, dict[str, Any]], None]
-
-
-def worker_sets(
-    places: Sequence[Place],
-    *,
-    factory: str,
-    plugins: Sequence[str],
-    policy: TimingPolicy,
-    timeout_s: float,
-) -> list[WorkerSet]:
-    """The worker processes a run on this host keeps: one WorkerSet per place (a
-    card of ``--gpus``, or the run's one device), each measuring its card's peaks
-    as it starts and with its share of the host's cores. Made and
-    :meth:`spawned <WorkerSet.spawn>` before the device is detected, they import
-    torch and set up their cards while the parent does the same and plans;
-    :meth:`WorkerSet.bind_run` gives each its device, :func:`execute` its run
-    (and closes them)."""
-    from matprobe.run.pool import cores_per_slot
-
-    options: dict[str, Any] = {
-        "factory": factory,
-        "plugins": tuple(plugins),
-        "policy": policy,
-        "run_id": None,
-        "timeout_s": timeout_s,
-        "cpu_threads": cores_per_slot(len(places)),
-        "device": None,
-    }
-    # A place whose kind the process settles (None) measures peaks only on a card.
-    peaks = {None: CARD_PEAKS, "cuda": CARD_PEAKS}
-    return [
-        WorkerSet(place=place, measure_peaks=peaks.get(place.kind), **options) for place in places
-    ]
-
-
-def executor_for(
-    device: DeviceInfo,
-    slots: Sequence[DeviceSlot] | None,
-    ray: RayCluster | None,
-    runner: Callable[..., None],
-    options: Mapping[str, Any],
-    workers: Sequence[WorkerSet] | None = None,
-) -> Executor:
-    """The executor of a run: a Ray cluster, every GPU of a host (several
-    ``slots``), one long-lived worker on one device, or — in tests — a custom
-    ``runner`` called once per family. ``workers``: the processes
-    :func:`worker_sets` made for ``slots`` (or ``device``), already starting."""
-    where = slots[0].device if slots else device
-
-    def on_ray(
-        work: WorkQueue, on_start: OnStart, on_result: OnResult, peaks: dict[str, Any]
-    ) -> None:
-        from matprobe.run.ray_pool import run_on_ray
-
-        assert ray is not None
-        run_on_ray(work.take, ray, on_start=on_start, on_result=on_result, **options)
-
-    def on_every_gpu(
-        work: WorkQueue, on_start: OnStart, on_result: OnResult, peaks: dict[str, Any]
-    ) -> None:
-        from matprobe.run.pool import run_on_slots, with_card
-
-        assert slots is not None
-
-        def on_result_at(task: Task, result: PairResult, slot: DeviceSlot) -> None:
-            on_result(task, with_card(result, slot))
-
-        peaks.update(
-            run_on_slots(
-                work.take,
-                slots,
-                on_start=on_start,
-                on_result=on_result_at,
-                runner=runner,
-                card_peaks=CARD_PEAKS if device.kind == "cuda" else None,
-                workers=workers,
-                **options,
-            )
-        )
-
-    def on_one_device(
-        work: WorkQueue, on_start: OnStart, on_result: OnResult, peaks: dict[str, Any]
-    ) -> None:
-        # One worker process for the whole run, as each card of a --gpus run
-        # has: a family no longer pays a process start (torch, CUDA context).
-        if workers:
-            (worker,) = workers
-        else:
-            measure_peaks = CARD_PEAKS if where.kind == "cuda" else None
-            worker = WorkerSet(device=where, measure_peaks=measure_peaks, **options)
-        try:
-            with worker:
-                while (tasks := work.take()) is not None:
-                    worker.run(tasks, on_start=on_start, on_result=on_result)
-        finally:  # an interrupted run's report still has its card's ceilings
-            if worker.peaks is not None:
-                peaks[f"cuda:{where.index}"] = worker.peaks
-
-    def with_runner(
-        work: WorkQueue, on_start: OnStart, on_result: OnResult, peaks: dict[str, Any]
-    ) -> None:
-        while (tasks := work.take()) is not None:
-            runner(tasks, device=where, on_start=on_start, on_result=on_result, **options)
-
-    if ray is not None:
-        return on_ray
-    if slots is not None and len(slots) > 1:
-        return on_every_gpu
-    return on_one_device if runner is run_tasks else with_runner
 
 
 def execute(

@@ -31,6 +31,7 @@ from matprobe.report.build import build_report, early_launch_note
 from matprobe.report.model import Report
 from matprobe.report.progress import run_progress
 from matprobe.report.stored_report import save_report
+from matprobe.run.executors import adopt_workers, early_places, start_workers
 from matprobe.run.manifest import (
     OFF_FAMILY_RULE,
     Manifest,
@@ -43,7 +44,6 @@ from matprobe.run.runner import (
     RunOutcome,
     execute,
     make_plan,
-    worker_sets,
 )
 from matprobe.run.selection import (
     _check_pattern,
@@ -260,7 +260,9 @@ class RunSession:
         policy = self._policy()
         # The workers first: each imports torch and sets up its card (~6 s on a GPU
         # host) while this process does the same to detect the device (~5 s) and plans.
-        workers = self._spawn_workers(self._places(), policy)
+        options = self.options
+        places = early_places(device=options.device, gpus=options.gpus, ray=options.ray)
+        workers = self._spawn_workers(places, policy)
         try:
             target = self._target()
             device = target.device
@@ -295,60 +297,23 @@ class RunSession:
         save_report(db, report)
         return RunResult(report, plan, outcome)
 
-    def _places(self) -> list[Place]:
-        """Where this run's worker processes measure, as far as is known before
-        torch is imported: the run's device (None: CUDA if any), or each card of
-        ``--gpus``; none for a Ray cluster (it starts its own), a ``--gpus`` that
-        :meth:`_target` will refuse, or ``--gpus all`` where the cards cannot be
-        counted without torch."""
-        options = self.options
-        if options.ray is not None:
-            return []
-        if options.gpus is None:
-            return [Place(options.device)]
-        from matprobe.run.pool import parse_gpus, visible_cuda_count
-
-        try:
-            wanted = parse_gpus(options.gpus)
-        except MatprobeError:
-            return []
-        if wanted is None:
-            wanted = list(range(visible_cuda_count() or 0))
-        return [Place("cuda", index) for index in wanted]
-
     def _spawn_workers(self, places: Sequence[Place], policy: TimingPolicy) -> list[WorkerSet]:
-        workers = worker_sets(
-            places,
-            factory=self.options.factory,
-            plugins=self.plugins,
-            policy=policy,
-            timeout_s=self.options.timeout_s,
-        )
-        for worker in workers:
-            worker.spawn()
-        return workers
+        return start_workers(places, **self._worker_options(policy))
+
+    def _worker_options(self, policy: TimingPolicy) -> dict[str, Any]:
+        return {
+            "factory": self.options.factory,
+            "plugins": self.plugins,
+            "policy": policy,
+            "timeout_s": self.options.timeout_s,
+        }
 
     def _adopt(
         self, workers: list[WorkerSet], target: _Target, policy: TimingPolicy
     ) -> list[WorkerSet]:
-        """The workers started early, each given the device detected for its place;
-        fresh ones where they were started for other places than the run measures
-        on (torch counts the cards otherwise than nvidia-smi did)."""
-        if target.cluster is not None:
-            for worker in workers:
-                worker.kill()
-            return []
         devices = [slot.device for slot in target.slots] if target.slots else [target.device]
-        places_hold = len(workers) == len(devices) and all(
-            worker.place.holds(device) for worker, device in zip(workers, devices, strict=True)
-        )
-        if not places_hold:
-            for worker in workers:
-                worker.kill()
-            workers = self._spawn_workers([Place(d.kind, d.index) for d in devices], policy)
-        for worker, device in zip(workers, devices, strict=True):
-            worker.bind_run(None, device)
-        return workers
+        measured_here = None if target.cluster is not None else devices
+        return adopt_workers(workers, measured_here, **self._worker_options(policy))
 
     def _measure(
         self,
