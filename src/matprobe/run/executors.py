@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 Executor = Callable[[WorkQueue, OnStart, OnResult, dict[str, Any]], None]
 
 
-def worker_sets(
+def start_workers(
     places: Sequence[Place],
     *,
     factory: str,
@@ -42,11 +42,11 @@ def worker_sets(
     policy: TimingPolicy,
     timeout_s: float,
 ) -> list[WorkerSet]:
-    """The worker processes a run on this host keeps: one WorkerSet per place (a
-    card of ``--gpus``, or the run's one device), each measuring its card's peaks
-    as it starts and with its share of the host's cores. Made and
-    :meth:`spawned <WorkerSet.spawn>` before the device is detected, they import
-    torch and set up their cards while the parent does the same and plans;
+    """The worker processes a run on this host keeps, started now (not waited for):
+    one WorkerSet per place (a card of ``--gpus``, or the run's one device), each
+    measuring its card's peaks as it starts and with its share of the host's
+    cores. Started before the device is detected, they import torch and set up
+    their cards while the parent does the same and plans;
     :meth:`WorkerSet.bind_run` gives each its device, :func:`execute` its run
     (and closes them)."""
     from matprobe.run.pool import cores_per_slot
@@ -62,9 +62,12 @@ def worker_sets(
     }
     # A place whose kind the process settles (None) measures peaks only on a card.
     peaks = {None: CARD_PEAKS, "cuda": CARD_PEAKS}
-    return [
+    workers = [
         WorkerSet(place=place, measure_peaks=peaks.get(place.kind), **options) for place in places
     ]
+    for worker in workers:
+        worker.spawn()
+    return workers
 
 
 def executor_for(
@@ -78,7 +81,7 @@ def executor_for(
     """The executor of a run: a Ray cluster, every GPU of a host (several
     ``slots``), one long-lived worker on one device, or — in tests — a custom
     ``runner`` called once per family. ``workers``: the processes
-    :func:`worker_sets` made for ``slots`` (or ``device``), already starting."""
+    :func:`start_workers` made for ``slots`` (or ``device``), already starting."""
     where = slots[0].device if slots else device
 
     def on_ray(
@@ -162,23 +165,6 @@ def early_places(*, device: str | None, gpus: str | None, ray: str | None) -> li
     if wanted is None:
         wanted = list(range(visible_cuda_count() or 0))
     return [Place("cuda", index) for index in wanted]
-
-
-def start_workers(
-    places: Sequence[Place],
-    *,
-    factory: str,
-    plugins: Sequence[str],
-    policy: TimingPolicy,
-    timeout_s: float,
-) -> list[WorkerSet]:
-    """:func:`worker_sets` for ``places``, each started now (not waited for)."""
-    workers = worker_sets(
-        places, factory=factory, plugins=plugins, policy=policy, timeout_s=timeout_s
-    )
-    for worker in workers:
-        worker.spawn()
-    return workers
 
 
 def adopt_workers(

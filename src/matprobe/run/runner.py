@@ -292,8 +292,9 @@ def execute(
     worker process per slot, each result noted with the card that measured it;
     the slots must share ``device``'s fingerprint (the plan's keys hold it).
     ``ray`` measures them on a Ray cluster instead (:mod:`~matprobe.run.ray_pool`).
-    ``workers`` (from :func:`worker_sets`, started while the caller planned) are
-    the processes to measure in, bound here to ``run_id``; execute closes them."""
+    ``workers`` (from :func:`~matprobe.run.executors.start_workers`, started while
+    the caller planned) are the processes to measure in, bound here to ``run_id``;
+    execute closes them."""
     outcome = RunOutcome(run_id=run_id, plan=plan)
     started = time.monotonic()
     for pair in plan.of(PairState.CACHED):
