@@ -490,3 +490,26 @@ def test_a_run_knows_where_to_start_its_workers_before_torch_is_imported(
     monkeypatch.setattr(pool, "visible_cuda_count", lambda: 2)
     asked = {"device": None, "gpus": None, "ray": None, **options}
     assert early_places(**asked) == places
+
+
+def test_workers_started_for_other_places_than_detected_are_replaced(
+    counting_workers: list[CountingWorker],
+) -> None:
+    """Started early for the places guessed before torch was imported, the workers
+    are kept only where the detected devices are theirs: otherwise killed and
+    started afresh for the detected ones (a wrong guess costs a start, never a
+    pair on the wrong card); a Ray cluster keeps none."""
+    from matprobe.run.executors import adopt_workers, start_workers
+
+    options: dict[str, Any] = {
+        "factory": "fake_variants:registry", "plugins": (), "policy": FAST, "timeout_s": 60,
+    }  # fmt: skip
+    guessed = start_workers([worker_mod.Place("cpu", 0)], **options)
+    kept = adopt_workers(guessed, [CPU], **options)
+    assert kept is guessed and kept[0].place == worker_mod.Place("cpu", 0)
+    elsewhere = replace(CPU, index=1)
+    fresh = adopt_workers(kept, [elsewhere, CPU], **options)
+    assert [w.place for w in fresh] == [worker_mod.Place("cpu", 1), worker_mod.Place("cpu", 0)]
+    assert counting_workers[0]._proc is None  # the guessed one was killed
+    assert adopt_workers(fresh, None, **options) == []
+    assert all(worker._proc is None for worker in counting_workers)
