@@ -41,6 +41,10 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         kind, index = _set_up_place(place["kind"], int(place["index"]), cpu_threads)
+        # The card's clock as this process finds it, before it loads the card or
+        # imports a plugin (the parent, still importing torch, cannot name the card
+        # to nvidia-smi yet).
+        clocks = gpu_clock_state(index) if kind == "cuda" else {}
         # What the judge and the baseline run, as matprobe and torch define it,
         # before any plugin is imported (matprobe.measure.tamper).
         from matprobe.measure.tamper import Snapshot
@@ -49,9 +53,6 @@ def _worker_main(
         # A plugin found in the parent's current directory is found here too
         # (registry_with_plugins puts the working directory on sys.path).
         registry = load_registry(factory, plugins)
-        # The card's clock as this process finds it, before it loads the card (the
-        # parent, still importing torch, cannot name the card to nvidia-smi yet).
-        clocks = gpu_clock_state(index) if kind == "cuda" else {}
         # This card's ceilings, measured here while the other cards' workers start
         # and measure theirs: no card waits for another's sweep. A process that chose
         # its device itself measures a card's ceilings only if it found a card.
