@@ -54,8 +54,8 @@ def main() -> None:
 
     mark("matprobe.cli imported")
     wrap(session.RunSession, "_target", "target (cards detected)")
-    if hasattr(session.RunSession, "_start_workers"):
-        wrap(session.RunSession, "_start_workers", "clocks read + workers spawned")
+    if hasattr(session.RunSession, "_spawn_workers"):  # code that starts them early
+        wrap(session.RunSession, "_spawn_workers", "workers spawned")
     wrap(session.RunSession, "_variants_for", "variants listed")
     wrap(session, "gpu_clock_state", "nvidia-smi clock read")
     wrap(ResultStore, "start_run", "run recorded")
