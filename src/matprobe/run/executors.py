@@ -81,7 +81,8 @@ def executor_for(
     """The executor of a run: a Ray cluster, every GPU of a host (several
     ``slots``), one long-lived worker on one device, or — in tests — a custom
     ``runner`` called once per family. ``workers``: the processes
-    :func:`start_workers` made for ``slots`` (or ``device``), already starting."""
+    :func:`start_workers` made for ``slots`` (or ``device``), already starting
+    (needed for the ordinary runner on this host)."""
     where = slots[0].device if slots else device
 
     def on_ray(
@@ -120,11 +121,8 @@ def executor_for(
     ) -> None:
         # One worker process for the whole run, as each card of a --gpus run
         # has: a family no longer pays a process start (torch, CUDA context).
-        if workers:
-            (worker,) = workers
-        else:
-            measure_peaks = CARD_PEAKS if where.kind == "cuda" else None
-            worker = WorkerSet(device=where, measure_peaks=measure_peaks, **options)
+        assert workers is not None  # execute makes them for the ordinary runner
+        (worker,) = workers
         try:
             with worker:
                 while (tasks := work.take()) is not None:

@@ -34,11 +34,11 @@ from matprobe.measure.fingerprint import changed_sources
 from matprobe.measure.results import PairResult, Status
 from matprobe.measure.timing import TimingPolicy
 from matprobe.measure.variants import SHIPPED_FACTORY, Variant
-from matprobe.run.executors import executor_for
+from matprobe.run.executors import executor_for, start_workers
 from matprobe.run.store import ResultKey, ResultStore
 from matprobe.run.task import Task
 from matprobe.run.work import WorkQueue
-from matprobe.run.worker import WorkerSet, run_tasks
+from matprobe.run.worker import Place, WorkerSet, run_tasks
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -310,6 +310,15 @@ def execute(
         "run_id": run_id,
         "timeout_s": timeout_s,
     }
+    if workers is None and runner is run_tasks and ray is None:
+        # No caller started them early: started here, the one way workers are made.
+        devices = [slot.device for slot in slots] if slots else [device]
+        places = [Place(d.kind, d.index) for d in devices]
+        workers = start_workers(
+            places, factory=factory, plugins=plugins, policy=policy, timeout_s=timeout_s
+        )
+        for worker, where in zip(workers, devices, strict=True):
+            worker.bind_run(None, where)
     for worker in workers or ():
         worker.bind_run(run_id)
     executor = executor_for(device, slots, ray, runner, options, workers)

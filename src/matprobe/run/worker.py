@@ -15,8 +15,8 @@ string and the plugin module names (:func:`~matprobe.measure.variants.registry_w
 the same call the parent made) — and imports no family module by itself.
 
 The pipe between them carries, parent to child, one item's tasks at a time
-with the run they are measured for (``("item", run_id, payload)``) and ``None``
-to stop; child to parent
+with the run and the device they are measured for (``("item", run_id, device,
+payload)``: the process may start before either is known) and ``None`` to stop; child to parent
 ``("ready", pid, peaks, clocks)`` once set up (``peaks``: the card's ceilings when
 asked to measure them, else None; ``clocks``: the card's clock state before the
 process loaded it), ``("start", index)`` and ``("done", index, result)`` per pair,
