@@ -6,6 +6,7 @@
 # turn (RUN_ARGS: more arguments, e.g. a smaller plan), fresh stores and fresh
 # Triton/Inductor caches each — an older checkout's
 # src, carried in an ignored folder, gives the before figure in the same call.
+# GPUS="": run without --gpus (the worker picks the card itself; default --gpus 0).
 # PROFILE=1: benchmarks/pair_profile.py first. Everything lands in $OUT/all.tgz;
 # $OUT/summary.txt holds the wall times and the best ratio of every spec
 # (benchmarks/judged_summary.py).
@@ -34,7 +35,7 @@ for src in ${JOBS:-}; do
   export TRITON_CACHE_DIR="$caches/triton" TORCHINDUCTOR_CACHE_DIR="$caches/inductor"
   start=$(date +%s.%N)
   # shellcheck disable=SC2086  # RUN_ARGS: more `matprobe run` arguments (a smaller plan)
-  PYTHONPATH=$src timeout -s INT "${RUN_LIMIT_S:-400}" python3 -m matprobe run --gpus 0 ${RUN_ARGS:-} \
+  PYTHONPATH=$src timeout -s INT "${RUN_LIMIT_S:-400}" python3 -m matprobe run ${GPUS---gpus 0} ${RUN_ARGS:-} \
     --db "$OUT/runs/$name.sqlite" --out "$OUT/runs/$name" > /dev/null 2> "$OUT/runs/$name.err"
   end=$(date +%s.%N)
   echo "$src: wall_s=$(python3 -c "print(round($end - $start, 1))")" | tee -a "$OUT/runs/wall.txt"
