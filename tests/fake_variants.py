@@ -25,8 +25,12 @@ ALL_OPS = ("matmul", "matmul_bias_add", "matmul_alpha_beta")
 
 
 def exact(inputs: MatmulInputs) -> torch.Tensor:
-    """The right answer, computed in float64 from the inputs."""
+    """The right answer, computed in float64 from the inputs (x normalised first
+    when the spec has an RMSNorm prologue)."""
     a = inputs.a_mk().to(torch.float64)
+    if inputs.gain is not None:
+        a = a * torch.rsqrt(a.square().mean(-1, keepdim=True) + (inputs.norm_eps or 0.0))
+        a = a * inputs.gain.to(torch.float64)
     b = inputs.b_kn().to(torch.float64)
     result = inputs.alpha * (a @ b)
     if inputs.c0 is not None:
@@ -36,7 +40,7 @@ def exact(inputs: MatmulInputs) -> torch.Tensor:
     return result
 
 
-@variant_family(name="fake.exact", ops=ALL_OPS, devices=("cpu", "cuda"))
+@variant_family(name="fake.exact", ops=ALL_OPS, devices=("cpu", "cuda"), prologues=("rmsnorm",))
 def fake_exact(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
     """Correct: float64 math, rounded once."""
 
@@ -539,8 +543,27 @@ TIMED_CHEATERS: tuple[VariantFamily, ...] = (
 )
 #: Wrong arithmetic that a loose tolerance lets through.
 ARITHMETIC_CHEATERS: tuple[VariantFamily, ...] = (cheat_half_running_sum, cheat_drop_k_tail)
+
+
+@variant_family(name="cheat.norm_once", ops=ALL_OPS, prologues=("rmsnorm",))
+def cheat_norm_once(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
+    """Normalises with the scale 1/√(mean(x²) + ε) of the first x it met, kept (a
+    norm "cached" per weight set): right on the first call only."""
+    kept: list[torch.Tensor] = []
+
+    def run(inputs: MatmulInputs, out: Any) -> None:
+        a = inputs.a_mk().to(torch.float64)
+        if not kept:
+            kept.append(torch.rsqrt(a.square().mean(-1, keepdim=True) + (inputs.norm_eps or 0)))
+        plain = replace(inputs, a=(a * kept[0]).to(inputs.a.dtype), gain=None, ta=False)
+        out.copy_(exact(replace(plain, a=plain.a * inputs.gain)))
+
+    return run
+
+
 FAMILIES: tuple[VariantFamily, ...] = (
     fake_exact,
+    cheat_norm_once,
     fake_exact_pdl,
     fake_slow,
     fake_self_overlap,

@@ -350,6 +350,95 @@ def test_validates_on_awkward_shapes(
         pytest.fail(f"takes none of the awkward shapes: {refused}")
 
 
+# ---- 4b. prologues: every family that declares one passes it on awkward shapes ---------
+
+#: ε of the awkward norm specs: Llama's (Qwen2.5's is 1e-6)
+NORM_EPS = 1e-5
+
+PROLOGUE_OP_DTYPES = [
+    pytest.param(family, op, dtype, id=f"{family.name}-{prologue}-{op}-{dtype}")
+    for family in SHIPPED + FAKES
+    for prologue in sorted(family.prologues)
+    for op in sorted(family.ops)
+    for dtype in sorted(family.dtypes)
+]
+
+
+def normed(spec: MatmulSpec) -> MatmulSpec:
+    return replace(spec, rmsnorm=NORM_EPS)
+
+
+@pytest.mark.parametrize(("family", "op", "dtype"), PROLOGUE_OP_DTYPES)
+def test_validates_its_rmsnorm_prologue(
+    family: VariantFamily, op: str, dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """x the residual stream, the kernel normalising it on the way (``rmsnorm=ε``):
+    judged against a float64 RMSNorm + the op on one awkward shape it takes — the
+    shapes rotate over ops and dtypes (the interpreter's time: the plain suite
+    above already walks every shape through the same sums)."""
+    device = cpu_run(family, monkeypatch)
+    rotate = sorted(family.ops).index(op) + sorted(family.dtypes).index(dtype)
+    for i in range(len(CASES)):
+        picked = pick_normed(family, op, dtype, CASES[(rotate + i) % len(CASES)], device, rotate)
+        if picked is not None:
+            spec, variant = picked
+            failure = validate(family, spec, variant.build(spec, device))
+            assert failure is None, f"{variant.id} on {spec.key()}: {failure}"
+            return
+    pytest.skip(f"{family.name} takes no awkward {op} {dtype} shape with a norm")
+
+
+def pick_normed(family: VariantFamily, op: str, dtype: str, case: Case, device: DeviceInfo,
+                rotate: int) -> tuple[MatmulSpec, Variant] | None:  # fmt: skip
+    """The first layout, m and K (from the ``rotate``-th layout on) whose normed spec
+    some grid point takes (the norm needs tA = 0), with that grid point."""
+    for layout in LAYOUTS[rotate % 4 :] + LAYOUTS[: rotate % 4]:
+        for m in MS:
+            for shift in K_SHIFTS:
+                k = Q8_0_K[case.k] if dtype == "q8_0" else case.k
+                spec = normed(awkward_spec(op, dtype, case, m, k + shift, layout))
+                for variant in family.variants():
+                    if variant.unsupported_reason(spec, device) is None:
+                        return spec, variant
+    return None
+
+
+def ignores_the_gain(fn: KernelFn) -> KernelFn:
+    import torch
+
+    def run(inputs: Any, out: Any) -> None:
+        fn(replace(inputs, gain=torch.ones_like(inputs.gain)), out)
+
+    return run
+
+
+@by_name([family for family in SHIPPED + FAKES if "rmsnorm" in family.prologues])
+def test_a_norm_done_wrong_fails(family: VariantFamily, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The family's own kernel with the gain replaced by ones, and its kernel for the
+    spec without the norm (x multiplied as given): both fail the normed spec."""
+    device = cpu_run(family, monkeypatch)
+    picked = pick_normed(family, "matmul", main_dtype(family), CASES[0], device, 0)
+    assert picked is not None, f"{family.name} takes no normed n53 matmul"
+    spec, variant = picked
+    plain = variant.build(replace(spec, rmsnorm=None), device)
+    for cheat in (ignores_the_gain(variant.build(spec, device)),
+                  lambda inputs, out: plain(replace(inputs, gain=None), out)):  # fmt: skip
+        failure = validate(family, spec, cheat)
+        assert failure is not None and "error" in failure, failure
+
+
+def test_families_without_the_prologue_refuse_normed_specs() -> None:
+    """A spec asking for a norm is never run as a plain matmul by a family that lacks it."""
+    spec = normed(MatmulSpec(op="matmul", m=1, n=64, k=64, tB=True, dtype="f16"))
+    lacking = [family for family in SHIPPED + FAKES if "rmsnorm" not in family.prologues]
+    assert lacking
+    for family in lacking:
+        for variant in family.variants():
+            for device in (CPU, GPU):
+                reason = variant.unsupported_reason(spec, device)
+                assert reason is not None, variant.id
+
+
 # ---- 5. the harness catches the family's kernel made to cheat ---------------------------
 
 

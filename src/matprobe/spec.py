@@ -46,6 +46,9 @@ SWIGLU = "matmul_swiglu"
 #: fp32 operations per SwiGLU output counted in :meth:`MatmulSpec.flops`:
 #: silu's g·σ(g) and the product with up (σ's exp and reciprocal are not FLOPs).
 SWIGLU_EPILOGUE_FLOPS = 2
+#: fp32 operations per element of x counted for an RMSNorm prologue: its square
+#: and sum, and the products with the gain and the scale (rsqrt is not a FLOP).
+RMSNORM_FLOPS_PER_X = 4
 
 #: Bytes per element of activations/outputs (and of weights unless quantized).
 DTYPE_BYTES: dict[str, float] = {"f32": 4.0, "f16": 2.0, "bf16": 2.0}
@@ -101,6 +104,11 @@ class MatmulSpec:
     nq: int | None = None
     nk: int | None = None
     nv: int | None = None
+    #: RMSNorm prologue: the op's A is ``x̂ = x / √(mean(x²) + ε) ⊙ g`` (each row of
+    #: x normalised over K, g a gain of K values), this field being ε. A decode
+    #: layer's QKV, gate/up and LM head read the residual stream so: a fused
+    #: kernel normalises on the way instead of writing and re-reading x̂.
+    rmsnorm: float | None = None
     #: Keys this version does not model, kept verbatim so nothing is lost.
     extras: tuple[tuple[str, str], ...] = ()
     provenance: Provenance | None = field(default=None, compare=False, hash=False)
@@ -122,6 +130,8 @@ class MatmulSpec:
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise SpecError(f"{name} must be finite, got {value!r}")
+        if self.rmsnorm is not None and not (math.isfinite(self.rmsnorm) and self.rmsnorm > 0):
+            raise SpecError(f"rmsnorm (the norm's ε) must be finite and > 0, got {self.rmsnorm!r}")
         if self.dtype is not None and self.dtype not in DTYPES:
             raise SpecError(f"unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
         if self.loader is not None and not _VALUE.match(self.loader):
@@ -201,6 +211,14 @@ class MatmulSpec:
                 return f"matmul_swiglu has no epilogue but silu·mul: {name} must not be set"
         return None
 
+    def norm_problem(self) -> str | None:
+        """Why this spec's RMSNorm prologue cannot be computed, or None (always None
+        without one): the norm runs along each row of A, so A must be stored with K
+        contiguous (tA = 0)."""
+        if self.rmsnorm is not None and self.tA:
+            return "an RMSNorm prologue needs A stored [batch, m, k] (tA=0)"
+        return None
+
     @property
     def n_out(self) -> int | None:
         """Output columns: n0 for ``matmul_swiglu`` (gate ⊙ up), else :attr:`n_total`."""
@@ -232,12 +250,14 @@ class MatmulSpec:
         epilogue step that is not the identity: bias add, α scaling (α ≠ 1),
         and 2 for β·C₀ accumulation (multiply and add) when β ≠ 0. SwiGLU: the
         products of both halves (n = n0 + n1) and
-        :data:`SWIGLU_EPILOGUE_FLOPS` per output (n0 of them).
+        :data:`SWIGLU_EPILOGUE_FLOPS` per output (n0 of them). An RMSNorm
+        prologue: :data:`RMSNORM_FLOPS_PER_X` per element of A.
         """
         batch, m, n, k = self._dims()
+        norm = RMSNORM_FLOPS_PER_X * batch * m * k if self.rmsnorm is not None else 0
         if self.is_swiglu:
             outputs = batch * m * (self.n0 or 0)
-            return 2 * batch * m * n * k + SWIGLU_EPILOGUE_FLOPS * outputs
+            return 2 * batch * m * n * k + SWIGLU_EPILOGUE_FLOPS * outputs + norm
         outputs = batch * m * n
         epilogue = 0
         if self.has_bias:
@@ -246,14 +266,15 @@ class MatmulSpec:
             epilogue += 1
         if self.reads_c0:
             epilogue += 2
-        return 2 * outputs * k + epilogue * outputs
+        return 2 * outputs * k + epilogue * outputs + norm
 
     def min_bytes(self, dtype: str | None = None) -> int:
         """Bytes a perfect kernel moves: each input read once, the output written once.
 
         A is b·m·k, B (the weight) is b·k·n — for Q8_0 34 bytes per 32-weight
         block, blocks running along K — the bias n, C₀ b·m·n when β ≠ 0 and the
-        output b·m·n (b·m·n0 for SwiGLU: gate ⊙ up is what is written). ``dtype``
+        output b·m·n (b·m·n0 for SwiGLU: gate ⊙ up is what is written), and an
+        RMSNorm prologue's gain k (x̂ is never written: it is A's own read). ``dtype``
         fills in when the spec's own is unknown.
         """
         batch, m, n, k = self._dims()
@@ -274,6 +295,8 @@ class MatmulSpec:
             total += n * act
         if self.reads_c0:
             total += batch * m * n * act
+        if self.rmsnorm is not None:
+            total += k * act  # the gain
         return int(total)
 
     def arithmetic_intensity(self, dtype: str | None = None) -> float:
@@ -389,7 +412,7 @@ _BOOL_TRUE = {"1", "true"}
 _BOOL_FALSE = {"0", "false"}
 _INT_FIELDS = {"batch", "m", "n", "k", "n0", "n1", "nq", "nk", "nv"}
 _BOOL_FIELDS = {"tA", "tB", "bias", "accumulate", "strided_batch", "cache"}
-_FLOAT_FIELDS = {"alpha", "beta"}
+_FLOAT_FIELDS = {"alpha", "beta", "rmsnorm"}
 
 
 def _render(name: str, value: Any) -> str:

@@ -79,6 +79,12 @@ def _add_spec_source(p: argparse.ArgumentParser) -> None:
         help="weight format for --model (default f16), or the dtype of profile "
         "specs that do not state one",
     )
+    p.add_argument(
+        "--layer",
+        action="store_true",
+        help="--model: the decode layer's fused sites (RMSNorm folded into QKV, gate/up "
+        "with SwiGLU and the LM head; the residual add into o_proj and down)",
+    )
 
 
 def _add_plugin(p: argparse.ArgumentParser) -> None:

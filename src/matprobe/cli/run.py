@@ -37,13 +37,17 @@ def _positive_seconds(text: str) -> float:
 
 def _run_specs(args: argparse.Namespace) -> tuple[list[MatmulSpec], str, list[str]]:
     """The specs a run measures: a profile's, the built-in one's, or a model's."""
+    if args.layer and args.model is None:
+        raise MatprobeError("--layer lists a model's decode layer: give --model NAME")
     if args.model is not None:
         if args.profile is not None:
             raise MatprobeError("give a PROFILE or --model, not both")
         from matprobe.profile.models import decode_specs, get_model
 
         config = get_model(args.model)
-        shapes = decode_specs(config, context=args.context, dtype=args.dtype or "f16")
+        shapes = decode_specs(
+            config, context=args.context, dtype=args.dtype or "f16", layer=args.layer
+        )
         return [s.spec for s in shapes], f"model {config.name} (counts per token)", []
     from matprobe.profile.profiles import load_specs
 

@@ -46,6 +46,7 @@ def _shapes_from_model(args: argparse.Namespace, out: TextIO) -> int:
         dtype=args.dtype or "f16",
         fuse_qkv=not args.no_fuse_qkv,
         fuse_gate_up=not args.no_fuse_gate_up,
+        layer=args.layer,
     )
     shapes = [s for s in shapes if s.count >= args.min_count and _matches_op(s.spec, args.op)]
     # No times in a config: order by bytes moved per token, what decode time follows.
@@ -82,6 +83,8 @@ def _shapes_from_model(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_shapes(args: argparse.Namespace, out: TextIO) -> int:
+    if args.layer and args.model is None:
+        raise MatprobeError("--layer lists a model's decode layer: give --model NAME")
     if args.model is not None:
         if args.profile is not None:
             raise MatprobeError("give a PROFILE or --model, not both")

@@ -122,14 +122,22 @@ def run_linear(
     x: torch.Tensor,
     w: torch.Tensor,
     bias: torch.Tensor | None,
+    gain: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``kernel`` on a model's operands: x ``[m, k]``, w ``[n, k]`` (tB) or ``[k, n]``."""
+    """``kernel`` on a model's operands: x ``[m, k]``, w ``[n, k]`` (tB) or ``[k, n]``;
+    ``gain`` the RMSNorm's ``[k]`` for a spec with an RMSNorm prologue (x is then the
+    residual stream, normalised by the kernel)."""
     import torch
 
     from matprobe.measure.inputs import MatmulInputs
 
     if spec.tA:
         raise DispatchError(f"{spec.key()}: a model's x is never stored transposed (tA=1)")
+    if (spec.rmsnorm is None) != (gain is None):
+        raise DispatchError(
+            f"{spec.key()}: the norm's gain is given exactly when the spec has an "
+            "RMSNorm prologue (rmsnorm=ε)"
+        )
     m = x.shape[0]
     n = w.shape[0] if spec.tB else w.shape[1]
     out = torch.empty((1, m, n), dtype=x.dtype, device=x.device)
@@ -142,6 +150,8 @@ def run_linear(
         spec.beta_value,
         ta=False,
         tb=bool(spec.tB),
+        gain=gain,
+        norm_eps=spec.rmsnorm,
     )
     kernel(inputs, out)
     return out.view(m, n)

@@ -113,7 +113,7 @@ def check_chain(
         links_in.append(
             MatmulInputs(
                 x, weights, base.bias, base.c0, base.alpha, base.beta, ta=False, tb=bool(spec.tB),
-                scales=scales,
+                scales=scales, gain=base.gain, norm_eps=base.norm_eps,
             )
         )  # fmt: skip
     outs = [chain[i + 1, :n].view(out_shape) for i in range(links)]

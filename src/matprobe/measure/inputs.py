@@ -23,6 +23,12 @@ own (bit for bit against gguf, tests/test_quant.py). A kernel may round each
 made from those rounded weights and every output is judged against the nearer
 (:meth:`Operands64.rounded_answer`; why: ``measure.validate``'s module doc).
 
+RMSNorm specs (``rmsnorm=ε``): a gain ``[k]`` uniform in (0.5, 1.5) is drawn
+too; A is the raw ``x`` (the residual stream), and the op computes with
+``x̂ = x / √(mean(x²) + ε) ⊙ gain``, row by row. The reference normalises in
+float64; a kernel may round x̂ once to the activation dtype (the eager
+``F.rms_norm`` then matmul does), so the second reference holds that rounding.
+
 SwiGLU specs (``op=matmul_swiglu``): W is gate and up stacked, ``[batch, n0 + n1,
 k]`` (rows ``j`` and ``n0 + j`` make output ``j``; Q8_0 quantizes the stacked W),
 and the output is ``y = silu(g) ⊙ u`` with ``g = x·W_gateᵀ``, ``u = x·W_upᵀ``,
@@ -77,9 +83,14 @@ class MatmulInputs:
     scales: Any | None = None
     #: ``matmul_swiglu``: ``b`` holds gate and up stacked; the op is silu(gate)·up
     swiglu: bool = False
+    #: RMSNorm prologue (``rmsnorm=ε`` specs): the gain ``[k]``, and ε; the op's A is
+    #: then x̂ = a / √(mean(a²) + ε) ⊙ gain, each row of ``a`` normalised over K
+    gain: Any | None = None
+    norm_eps: float | None = None
 
     def tensors(self) -> list[Any]:
-        return [t for t in (self.a, self.b, self.bias, self.c0, self.scales) if t is not None]
+        held = (self.a, self.b, self.bias, self.c0, self.scales, self.gain)
+        return [t for t in held if t is not None]
 
     @property
     def quantized(self) -> bool:
@@ -110,8 +121,9 @@ def shapes(spec: MatmulSpec) -> dict[str, tuple[int, ...]]:
     batch, m, n, k = spec.batch, spec.m, spec.n_total, spec.k
     if batch is None or m is None or n is None or k is None:
         raise SpecError(f"spec has unknown dimensions: {spec.key()}")
-    if (problem := spec.swiglu_problem()) is not None:
-        raise SpecError(problem)
+    for problem in (spec.swiglu_problem(), spec.norm_problem()):
+        if problem is not None:
+            raise SpecError(problem)
     quantized = spec.dtype == "q8_0"
     n_out = spec.n_out or 0  # n0 for SwiGLU (n is both halves), else n
     return {
@@ -121,11 +133,12 @@ def shapes(spec: MatmulSpec) -> dict[str, tuple[int, ...]]:
         "bias": (n,),
         "c0": (batch, m, n),
         "out": (batch, m, n_out),
+        "gain": (k,),
     }
 
 
 #: Each tensor of an input set draws its own stream (:mod:`~matprobe.measure.draws`).
-STREAMS = {"a": 1, "b": 2, "bias": 3, "c0": 4}
+STREAMS = {"a": 1, "b": 2, "bias": 3, "c0": 4, "gain": 5}
 
 
 def make_inputs(spec: MatmulSpec, seed: int, device: Any = "cpu") -> MatmulInputs:
@@ -203,6 +216,7 @@ def replace_tensors(inputs: MatmulInputs, tensors: Sequence[Any]) -> MatmulInput
         bias=take(inputs.bias),
         c0=take(inputs.c0),
         scales=take(inputs.scales),
+        gain=take(inputs.gain),
     )
 
 
@@ -229,10 +243,13 @@ def _inputs_from(spec: MatmulSpec, draws: Callable[[str], torch.Tensor]) -> Matm
         b = draw("b", 1.0 / k**0.5).to(dtype)
     bias = draw("bias", 0.5).to(dtype) if spec.has_bias else None
     c0 = draw("c0", 1.0).to(dtype) if spec.reads_c0 else None
+    # A gain in (0.5, 1.5), as trained norms' are near 1: u/2 is exact, + 1 one
+    # correctly rounded float32 addition, so the same on every device.
+    gain = (draw("gain", 0.5) + 1.0).to(dtype) if spec.rmsnorm is not None else None
     tb = bool(spec.tB) or scales is not None
     return MatmulInputs(
         a, b, bias, c0, spec.alpha_value, spec.beta_value, ta=bool(spec.tA), tb=tb, scales=scales,
-        swiglu=spec.is_swiglu,
+        swiglu=spec.is_swiglu, gain=gain, norm_eps=spec.rmsnorm,
     )  # fmt: skip
 
 

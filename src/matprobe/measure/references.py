@@ -78,6 +78,13 @@ class Operands64:
     #: Q8_0: ``w`` is ``d·q``, which a kernel may round once to fp16 (see the class doc)
     quantized: bool = False
     _w_rounded: Any | None = None
+    #: RMSNorm prologue: the gain (float64, broadcastable over ``[…, batch, m, k]``)
+    #: and ε; A is then x̂ = x / √(mean(x²) + ε) ⊙ gain (:meth:`normalised`)
+    gain: Any | None = None
+    eps: float = 0.0
+    #: the activations' dtype, to which a kernel may round x̂ once (the eager
+    #: ``F.rms_norm`` then matmul does): the second answer holds that rounding
+    x_dtype: Any | None = None
 
     @classmethod
     def of(cls, inputs: MatmulInputs, device: Any) -> Operands64:
@@ -91,6 +98,9 @@ class Operands64:
             beta=inputs.beta,
             swiglu=inputs.swiglu,
             quantized=inputs.quantized,
+            gain=None if inputs.gain is None else inputs.gain.detach().to(where, f64),
+            eps=inputs.norm_eps or 0.0,
+            x_dtype=inputs.a.dtype,
         )
 
     @property
@@ -111,15 +121,32 @@ class Operands64:
             self._w_rounded = self.w.to(torch.float32).to(torch.float16).to(self.w.dtype)
         return self._w_rounded
 
+    def normalised(self, a: torch.Tensor) -> torch.Tensor:
+        """What the matmul computes with for x = ``a``: x̂ = x / √(mean(x²) + ε) ⊙ gain
+        along K, in float64, with an RMSNorm prologue; ``a`` itself without."""
+        if self.gain is None:
+            return a
+        import torch
+
+        x: torch.Tensor = a * torch.rsqrt(a.square().mean(-1, keepdim=True) + self.eps) * self.gain
+        return x
+
     def answer(self, a: torch.Tensor) -> torch.Tensor:
         """The float64 result for A = ``a`` (logical ``[…, batch, m, k]``, float64; one
         more leading axis than the weights: one problem per index of it)."""
-        return self._answer(a, self.w)
+        return self._answer(self.normalised(a), self.w)
 
     def rounded_answer(self, a: torch.Tensor) -> torch.Tensor | None:
-        """Q8_0: the float64 result for A = ``a`` with every weight rounded once to fp16
-        (:attr:`w_rounded`), the other legitimate answer; None for other weights."""
-        return self._answer(a, self.w_rounded) if self.quantized else None
+        """The other legitimate answer, where there is one: the float64 result with
+        every rounding the eager path makes before its matmul — Q8_0's weights each
+        rounded once to fp16 (:attr:`w_rounded`), an RMSNorm's x̂ rounded once to the
+        activations' dtype; None when neither applies."""
+        if not self.quantized and self.gain is None:
+            return None
+        x = self.normalised(a)
+        if self.gain is not None:
+            x = x.to(self.x_dtype).to(x.dtype)
+        return self._answer(x, self.w_rounded if self.quantized else self.w)
 
     def _answer(self, a: torch.Tensor, w: Any) -> torch.Tensor:
         if self.swiglu:
@@ -136,6 +163,7 @@ class Operands64:
 
     def scale(self, a: torch.Tensor) -> torch.Tensor:
         """The term scale for A = ``a`` (see :func:`reference_scale`)."""
+        a = self.normalised(a)
         if self.swiglu:
             return _swiglu_scale(a, self.w, self.w_abs)
         scale = abs(self.alpha) * _matmul(a.abs(), self.w_abs)
@@ -188,6 +216,8 @@ def _stack(sets: Sequence[MatmulInputs]) -> MatmulInputs:
     stacked = replace_tensors(sets[0], [torch.stack(ts) for ts in columns])
     if stacked.bias is not None:
         stacked = replace(stacked, bias=stacked.bias.reshape(len(sets), 1, 1, -1))
+    if stacked.gain is not None:  # likewise over the batch and rows
+        stacked = replace(stacked, gain=stacked.gain.reshape(len(sets), 1, 1, -1))
     return stacked
 
 
@@ -217,9 +247,9 @@ class CallAnswers:
         self._sums = bit_sums(self._held())
 
     def _held(self) -> list[Any]:
-        """What every answer is made from: the float64 weights, C₀ and bias."""
+        """What every answer is made from: the float64 weights, C₀, bias and gain."""
         ops = self.operands
-        return [t for t in (ops.w, ops.c0, ops.bias) if t is not None]
+        return [t for t in (ops.w, ops.c0, ops.bias, ops.gain) if t is not None]
 
     def intact(self) -> bool:
         """Whether the operands still hold what was converted: a call that wrote into
@@ -236,16 +266,14 @@ class CallAnswers:
         part = copy.copy(self)
         ops = self.operands
         part.count = count
-        part.operands = Operands64(
+        part.operands = replace(
+            ops,
             w=ops.w[:count],
             c0=None if ops.c0 is None else ops.c0[:count],
             bias=None if ops.bias is None else ops.bias[:count],
-            alpha=ops.alpha,
-            beta=ops.beta,
-            swiglu=ops.swiglu,
             _w_abs=None if ops._w_abs is None else ops._w_abs[:count],
-            quantized=ops.quantized,
             _w_rounded=None if ops._w_rounded is None else ops._w_rounded[:count],
+            gain=None if ops.gain is None else ops.gain[:count],
         )
         part._sums = bit_sums(part._held())
         return part
@@ -255,9 +283,9 @@ class CallAnswers:
     ) -> tuple[Any, Any, Any | None]:
         """``(references, scales, rounded)``, ``[calls, batch, m, n_out]``, for ``x_log``
         (``[calls, *a's stored shape]``, calls a multiple of the set count), x as a
-        kernel that declares ``activation_quant`` computes with it; ``rounded``: Q8_0's
-        references from fp16-rounded weights (:meth:`Operands64.rounded_answer`), else
-        None."""
+        kernel that declares ``activation_quant`` computes with it; ``rounded``: the
+        second legitimate answers (:meth:`Operands64.rounded_answer`: Q8_0's
+        fp16-rounded weights, an RMSNorm's rounded x̂), else None."""
         x = x_log.detach().to(self.where, torch_float64())
         x = x.view(-1, self.count, *x.shape[1:])
         if self.ta:

@@ -131,6 +131,10 @@ class VariantFamily:
     #: llama.cpp's int8 x per 32-block); its kernels are judged against a reference
     #: that applies exactly that rounding to x, within the plain bound
     activation_quant: str | None = None
+    #: work the kernels do on x before the matmul, by name: ``"rmsnorm"``, the
+    #: RMSNorm of specs with ``rmsnorm=ε`` (:data:`PROLOGUES`). A spec asking for a
+    #: prologue the family lacks is unsupported, never run as a plain matmul.
+    prologues: frozenset[str] = frozenset()
 
     @property
     def is_plugin(self) -> bool:
@@ -208,9 +212,12 @@ class Variant:
         for module in fam.requires:
             if importlib.util.find_spec(module) is None:
                 return f"needs {module}, which is not installed"
+        if spec.rmsnorm is not None and "rmsnorm" not in fam.prologues:
+            return "no RMSNorm prologue (rmsnorm=…): the family multiplies x as given"
         # Checked for every family: the op is only defined for these specs.
-        if (problem := spec.swiglu_problem()) is not None:
-            return problem
+        for problem in (spec.swiglu_problem(), spec.norm_problem()):
+            if problem is not None:
+                return problem
         if spec.dtype == "q8_0" and (spec.k or 0) % Q8_0_BLOCK:
             return f"Q8_0 stores K in blocks of {Q8_0_BLOCK}: k={spec.k} is not a multiple"
         return fam.supports(spec, self.param_dict, device)
@@ -219,20 +226,35 @@ class Variant:
         return self.family.build(spec, self.param_dict, device)
 
 
+#: Prologues a family may declare (:attr:`VariantFamily.prologues`).
+PROLOGUES: dict[str, str] = {
+    "rmsnorm": "x̂ = x / √(mean(x²) + ε) ⊙ gain along K, for specs with rmsnorm=ε",
+}
+
+
 def _early_launch(
     name: str,
     grid: Mapping[str, Sequence[Any]],
     early_launch_param: str | None,
     activation_quant: str | None,
+    prologues: frozenset[str],
 ) -> str | None:
     """The family's early-launch parameter (inferred: ``pdl`` when the grid has
-    one); a declaration naming no grid parameter, or a rounding of x the harness
-    cannot apply, is an error when the family is defined."""
+    one); a declaration naming no grid parameter, a rounding of x or a prologue the
+    harness cannot apply is an error when the family is defined."""
     if activation_quant is not None and activation_quant not in ACTIVATION_QUANTS:
         raise MatprobeError(
             f"{name}: activation_quant {activation_quant!r} is not one the harness "
             f"knows how to apply (known: {', '.join(ACTIVATION_QUANTS)})"
         )
+    if unknown := sorted(prologues - set(PROLOGUES)):
+        raise MatprobeError(
+            f"{name}: unknown prologue(s) {', '.join(unknown)} (known: {', '.join(PROLOGUES)})"
+        )
+    if prologues and activation_quant is not None:
+        # The declared rounding is applied to x as given; where it falls in a
+        # prologue (before or after the norm) is not modelled, so not judged.
+        raise MatprobeError(f"{name}: a family with a prologue cannot declare activation_quant")
     if early_launch_param == _INFER:
         return "pdl" if "pdl" in grid else None
     if early_launch_param is not None and early_launch_param not in grid:
@@ -259,6 +281,7 @@ def variant_family(
     description: str = "",
     early_launch_param: str | None = _INFER,
     activation_quant: str | None = None,
+    prologues: Iterable[str] = (),
 ) -> Callable[[Builder], VariantFamily]:
     """Decorate a builder ``(spec, params, device) -> KernelFn`` into a family.
 
@@ -280,10 +303,17 @@ def variant_family(
     :data:`~matprobe.measure.validate.ACTIVATION_QUANTS`): its calls are then judged
     against a reference that applies exactly that rounding to x, within the plain
     bound — no more error is allowed, and the report tags its rows.
+
+    ``prologues`` names the work the kernels do on x before the matmul (a key of
+    :data:`PROLOGUES`: ``"rmsnorm"``); specs asking for one the family does not
+    name are unsupported.
     """
 
     grid_params = {key: tuple(values) for key, values in (grid or {}).items()}
-    early_launch_param = _early_launch(name, grid_params, early_launch_param, activation_quant)
+    prologue_set = frozenset(prologues)
+    early_launch_param = _early_launch(
+        name, grid_params, early_launch_param, activation_quant, prologue_set
+    )
 
     def wrap(build: Builder) -> VariantFamily:
         @functools.wraps(build)
@@ -311,6 +341,7 @@ def variant_family(
             source_fingerprint=_family_fingerprint(build, supports, sources),
             early_launch_param=early_launch_param,
             activation_quant=activation_quant,
+            prologues=prologue_set,
         )
 
     return wrap

@@ -15,6 +15,7 @@ none. So each spec is paired with its count and role in a :class:`ModelShape`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 from matprobe.errors import MatprobeError
@@ -34,6 +35,12 @@ ROLES: tuple[str, ...] = (
     "gate+up",
     "down",
     "lm_head",
+    # the decode layer's fused sites (``decode_specs(..., layer=True)``)
+    "norm+qkv",
+    "o_proj+res",
+    "norm+swiglu",
+    "down+res",
+    "norm+lm_head",
 )
 
 #: The KV cache is not quantized: with Q8_0 weights, attention stays in this.
@@ -61,12 +68,18 @@ class ModelConfig:
     qkv_bias: bool
     tie_embeddings: bool
     source: str = ""
+    #: the RMSNorms' ε (config.json's ``rms_norm_eps``)
+    rms_eps: float = 1e-6
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise MatprobeError(f"model name must be a non-empty string, got {self.name!r}")
+        if isinstance(self.rms_eps, bool) or not isinstance(self.rms_eps, float | int):
+            raise MatprobeError(f"model {self.name}: rms_eps must be a number")
+        if not (math.isfinite(self.rms_eps) and self.rms_eps > 0):
+            raise MatprobeError(f"model {self.name}: rms_eps must be > 0, got {self.rms_eps!r}")
         for f in fields(self):
-            if f.name in ("name", "qkv_bias", "tie_embeddings", "source"):
+            if f.name in ("name", "qkv_bias", "tie_embeddings", "source", "rms_eps"):
                 continue
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -96,6 +109,7 @@ def _model(
     qkv_bias: bool,
     tie_embeddings: bool,
     repo: str,
+    rms_eps: float,
 ) -> ModelConfig:
     return ModelConfig(
         name=name,
@@ -109,28 +123,30 @@ def _model(
         qkv_bias=qkv_bias,
         tie_embeddings=tie_embeddings,
         source=f"{repo} config.json",
+        rms_eps=rms_eps,
     )
 
 
 #: Published configs, keyed by lowercase name. Qwen2.5 has a bias on Q, K and
-#: V; Llama has none. Small models tie lm_head to the embedding.
+#: V; Llama has none. Small models tie lm_head to the embedding. ``rms_norm_eps``:
+#: 1e-6 for Qwen2.5, 1e-5 for Llama 3.x.
 MODELS: dict[str, ModelConfig] = {
     config.name: config
     for config in (
         _model("qwen2.5-0.5b", 896, 4864, 14, 2, 64, 151936, 24,
-               qkv_bias=True, tie_embeddings=True, repo="Qwen/Qwen2.5-0.5B"),
+               qkv_bias=True, tie_embeddings=True, repo="Qwen/Qwen2.5-0.5B", rms_eps=1e-6),
         _model("qwen2.5-1.5b", 1536, 8960, 12, 2, 128, 151936, 28,
-               qkv_bias=True, tie_embeddings=True, repo="Qwen/Qwen2.5-1.5B"),
+               qkv_bias=True, tie_embeddings=True, repo="Qwen/Qwen2.5-1.5B", rms_eps=1e-6),
         _model("qwen2.5-3b", 2048, 11008, 16, 2, 128, 151936, 36,
-               qkv_bias=True, tie_embeddings=True, repo="Qwen/Qwen2.5-3B"),
+               qkv_bias=True, tie_embeddings=True, repo="Qwen/Qwen2.5-3B", rms_eps=1e-6),
         _model("qwen2.5-7b", 3584, 18944, 28, 4, 128, 152064, 28,
-               qkv_bias=True, tie_embeddings=False, repo="Qwen/Qwen2.5-7B"),
+               qkv_bias=True, tie_embeddings=False, repo="Qwen/Qwen2.5-7B", rms_eps=1e-6),
         _model("llama-3.2-1b", 2048, 8192, 32, 8, 64, 128256, 16,
-               qkv_bias=False, tie_embeddings=True, repo="meta-llama/Llama-3.2-1B"),
+               qkv_bias=False, tie_embeddings=True, repo="meta-llama/Llama-3.2-1B", rms_eps=1e-5),
         _model("llama-3.2-3b", 3072, 8192, 24, 8, 128, 128256, 28,
-               qkv_bias=False, tie_embeddings=True, repo="meta-llama/Llama-3.2-3B"),
+               qkv_bias=False, tie_embeddings=True, repo="meta-llama/Llama-3.2-3B", rms_eps=1e-5),
         _model("llama-3.1-8b", 4096, 14336, 32, 8, 128, 128256, 32,
-               qkv_bias=False, tie_embeddings=False, repo="meta-llama/Llama-3.1-8B"),
+               qkv_bias=False, tie_embeddings=False, repo="meta-llama/Llama-3.1-8B", rms_eps=1e-5),
     )
 }  # fmt: skip
 
@@ -194,6 +210,7 @@ def decode_specs(
     dtype: str = "f16",
     fuse_qkv: bool = True,
     fuse_gate_up: bool = True,
+    layer: bool = False,
 ) -> list[ModelShape]:
     """The matmuls of one decode step (one new token), in the order they run.
 
@@ -209,6 +226,8 @@ def decode_specs(
 
     With ``dtype="q8_0"`` only the weight matmuls are quantized: attention
     reads the KV cache, which stays f16.
+
+    ``layer``: the decode layer's fused sites instead (:func:`_layer_sites`).
     """
     if dtype not in DTYPES:
         raise MatprobeError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
@@ -221,6 +240,10 @@ def decode_specs(
         source += " fuse_qkv=0"
     if not fuse_gate_up:
         source += " fuse_gate_up=0"
+    if layer:
+        if not (fuse_qkv and fuse_gate_up):
+            raise MatprobeError("the layer's sites fuse Q/K/V and gate/up: leave both fused")
+        source += " layer=1"
     provenance = Provenance(backends=(), source=source)
     attn_dtype = ATTENTION_DTYPE_Q8_0 if dtype == "q8_0" else dtype
     # The bias is implied by the op; leaving the ``bias`` field unset keeps the
@@ -232,22 +255,50 @@ def decode_specs(
             op=op, batch=1, m=1, n=n, k=k, tA=False, tB=tb, dtype=dtype, provenance=provenance
         )
 
-    shapes: list[ModelShape] = []
+    qk, pv = _attention_specs(c, context, attn_dtype, provenance)
+    if layer:
+        shapes = _layer_sites(c, weight, qkv_op, qk, pv)
+    else:
+        shapes = _plain_qkv(c, weight, qkv_op, fuse_qkv=fuse_qkv, quantized=dtype == "q8_0")
+        shapes += _plain_rest(c, weight, qk, pv, fuse_gate_up=fuse_gate_up)
+    # Each spec carries its calls per token, so reports can weigh savings.
+    return [
+        replace(s, spec=s.spec.with_provenance(Provenance(source=source, calls=s.count)))
+        for s in shapes
+    ]
+
+
+def _plain_qkv(
+    c: ModelConfig,
+    weight: Callable[..., MatmulSpec],
+    qkv_op: str,
+    *,
+    fuse_qkv: bool,
+    quantized: bool,
+) -> list[ModelShape]:
+    """The Q/K/V projection as the profile shows it: one fused matmul, or Q and K|V."""
     if fuse_qkv:
         n_qkv = (c.heads + 2 * c.kv_heads) * c.head_dim
         # Q8_0 blocks run along K, so a quantized weight is always stored [N, K]
         # (the quantized profile's fused QKV reads it so).
-        qkv = weight(qkv_op, n_qkv, c.hidden, tb=dtype == "q8_0")
-        shapes.append(ModelShape(qkv, c.layers, "qkv"))
-    else:
-        shapes.append(ModelShape(weight(qkv_op, c.heads * c.head_dim, c.hidden), c.layers, "q"))
-        kv = weight(qkv_op, c.kv_heads * c.head_dim, c.hidden)
-        shapes.append(ModelShape(kv, 2 * c.layers, "kv"))
+        return [ModelShape(weight(qkv_op, n_qkv, c.hidden, tb=quantized), c.layers, "qkv")]
+    kv = weight(qkv_op, c.kv_heads * c.head_dim, c.hidden)
+    return [
+        ModelShape(weight(qkv_op, c.heads * c.head_dim, c.hidden), c.layers, "q"),
+        ModelShape(kv, 2 * c.layers, "kv"),
+    ]
 
-    qk, pv = _attention_specs(c, context, attn_dtype, provenance)
-    shapes.append(ModelShape(qk, c.layers, "attn_qk"))
-    shapes.append(ModelShape(pv, c.layers, "attn_pv"))
 
+def _plain_rest(
+    c: ModelConfig,
+    weight: Callable[..., MatmulSpec],
+    qk: MatmulSpec,
+    pv: MatmulSpec,
+    *,
+    fuse_gate_up: bool,
+) -> list[ModelShape]:
+    """A layer after its Q/K/V projection, one matmul per op the profile shows."""
+    shapes = [ModelShape(qk, c.layers, "attn_qk"), ModelShape(pv, c.layers, "attn_pv")]
     shapes.append(ModelShape(weight("matmul", c.hidden, c.heads * c.head_dim), c.layers, "o_proj"))
     if fuse_gate_up:
         gate_up = weight("matmul", 2 * c.intermediate, c.hidden)
@@ -257,8 +308,40 @@ def decode_specs(
         shapes.append(ModelShape(gate, 2 * c.layers, "gate+up"))
     shapes.append(ModelShape(weight("matmul", c.hidden, c.intermediate), c.layers, "down"))
     shapes.append(ModelShape(weight("matmul", c.vocab, c.hidden), 1, "lm_head"))
-    # Each spec carries its calls per token, so reports can weigh savings.
+    return shapes
+
+
+def _layer_sites(
+    c: ModelConfig,
+    weight: Callable[..., MatmulSpec],
+    qkv_op: str,
+    qk: MatmulSpec,
+    pv: MatmulSpec,
+) -> list[ModelShape]:
+    """The decode layer as a fused engine runs it, every weight stored ``[n, k]``:
+    the RMSNorm folded into the QKV projection (with its bias), into gate/up with
+    SwiGLU (``matmul_swiglu``) and into the LM head (the final norm); the residual
+    add folded into o_proj and down (C₀ the residual stream, α = β = 1). RoPE, the
+    KV append and attention stay apart: they are not matmuls (attention's two are
+    listed as the profile shows them)."""
+    eps = c.rms_eps
+    n_qkv = (c.heads + 2 * c.kv_heads) * c.head_dim
+
+    def residual(n: int, k: int) -> MatmulSpec:
+        return replace(weight("matmul_alpha_beta", n, k), alpha=1.0, beta=1.0)
+
+    swiglu = replace(
+        weight("matmul_swiglu", 2 * c.intermediate, c.hidden),
+        n0=c.intermediate,
+        n1=c.intermediate,
+        rmsnorm=eps,
+    )
     return [
-        replace(s, spec=s.spec.with_provenance(Provenance(source=source, calls=s.count)))
-        for s in shapes
+        ModelShape(replace(weight(qkv_op, n_qkv, c.hidden), rmsnorm=eps), c.layers, "norm+qkv"),
+        ModelShape(qk, c.layers, "attn_qk"),
+        ModelShape(pv, c.layers, "attn_pv"),
+        ModelShape(residual(c.hidden, c.heads * c.head_dim), c.layers, "o_proj+res"),
+        ModelShape(swiglu, c.layers, "norm+swiglu"),
+        ModelShape(residual(c.hidden, c.intermediate), c.layers, "down+res"),
+        ModelShape(replace(weight("matmul", c.vocab, c.hidden), rmsnorm=eps), 1, "norm+lm_head"),
     ]

@@ -2,7 +2,8 @@
 
 The builder writes the op the way a PyTorch model would (``alpha·(A@B) + beta·C0 +
 bias`` on the spec's layout views — a 2-D ``mm`` when batch = 1, as a linear layer
-is, else ``bmm`` — epilogue in fp32, one cast back) and compiles
+is, else ``bmm`` — epilogue in fp32, one cast back; ``F.rms_norm`` first for an
+``rmsnorm=ε`` spec) and compiles
 it once per built kernel with ``torch.compile(fn, mode="max-autotune-no-cudagraphs",
 dynamic=False)``: Inductor autotunes its Triton GEMM templates against the ATen
 (cuBLAS) choice for this exact shape and fuses the epilogue where it can. No
@@ -53,17 +54,30 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
 
 
 def make_fn(
-    *, alpha: float, beta: float, has_c0: bool, has_bias: bool, ta: bool, tb: bool, two_d: bool
-) -> Callable[[Any, Any, Any, Any], Any]:
-    """The eager function Inductor compiles: ``(a, b, c0, bias) -> out`` with a and b
+    *,
+    alpha: float,
+    beta: float,
+    has_c0: bool,
+    has_bias: bool,
+    ta: bool,
+    tb: bool,
+    two_d: bool,
+    norm_eps: float | None = None,
+) -> Callable[[Any, Any, Any, Any, Any], Any]:
+    """The eager function Inductor compiles: ``(a, b, c0, bias, gain) -> out`` with a and b
     in their *stored* layouts (the transposes are part of the graph, so Inductor sees
     the real strides). The product stays in the input dtype (cuBLAS/the templates
     accumulate in fp32); alpha, beta·C0 and the bias are applied in fp32 and the
-    result is cast back once. A fresh code object per call: see the module doc."""
+    result is cast back once. ``norm_eps``: an RMSNorm of a first (``F.rms_norm``
+    with ``gain``, as a model writes it; Inductor fuses it into one kernel). A fresh
+    code object per call: see the module doc."""
     import torch
+    import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 
-    def matmul_epilogue(a: Any, b: Any, c0: Any, bias: Any) -> Any:
+    def matmul_epilogue(a: Any, b: Any, c0: Any, bias: Any, gain: Any) -> Any:
         a_mk = a.transpose(-1, -2) if ta else a
+        if norm_eps is not None:
+            a_mk = F.rms_norm(a_mk, (a_mk.shape[-1],), gain, norm_eps)
         b_kn = b.transpose(-1, -2) if tb else b
         # batch 1: a 2-D mm, as a model's linear layer is (Inductor's mm templates).
         prod = (a_mk[0] @ b_kn[0]).unsqueeze(0) if two_d else torch.bmm(a_mk, b_kn)
@@ -91,6 +105,7 @@ def make_fn(
     dtypes=("f32", "f16", "bf16"),
     peer=True,
     requires=("torch",),
+    prologues=("rmsnorm",),
 )
 def TORCH_COMPILE(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
@@ -107,6 +122,7 @@ def TORCH_COMPILE(  # noqa: N802 - the family is a module constant
         ta=bool(spec.tA),
         tb=bool(spec.tB),
         two_d=spec.batch == 1,
+        norm_eps=spec.rmsnorm,
     )
     compiled = torch.compile(fn, mode=MODE, dynamic=False)
 
@@ -120,7 +136,9 @@ def TORCH_COMPILE(  # noqa: N802 - the family is a module constant
             raise ValueError(f"{NAME}: C0 {'missing' if has_c0 else 'given but beta=0'}")
         if (inputs.bias is not None) != has_bias:
             raise ValueError(f"{NAME}: bias {'missing' if has_bias else 'given, spec has none'}")
-        out.copy_(compiled(inputs.a, inputs.b, inputs.c0, inputs.bias))
+        if (inputs.gain is not None) != (spec.rmsnorm is not None):
+            raise ValueError(f"{NAME}: the norm's gain given exactly when the spec has rmsnorm")
+        out.copy_(compiled(inputs.a, inputs.b, inputs.c0, inputs.bias, inputs.gain))
 
     return run
 

@@ -6,7 +6,9 @@ fresh fp16 weight, each call) and hand that to the same matmul. For
 ``matmul_swiglu`` it is a model's MLP in eager mode:
 ``F.silu(x @ W_gate.T) * (x @ W_up.T)`` — two matmuls, each output rounded to
 the dtype, silu rounded, the product rounded (the tolerance counts these
-roundings, see ``matprobe.measure.validate``)."""
+roundings, see ``matprobe.measure.validate``). An RMSNorm prologue
+(``rmsnorm=ε``) is ``F.rms_norm`` first (fp32 inside, x̂ rounded once to the
+dtype: the second answer the reference allows), then the same matmul."""
 
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     peer=True,
     dtypes=("f32", "f16", "bf16", "q8_0"),
     requires=("torch",),
+    prologues=("rmsnorm",),
 )
 def torch_matmul(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> KernelFn:
     """torch.matmul / addmm / baddbmm with out=: the call a PyTorch engine makes."""
@@ -47,9 +50,12 @@ def torch_matmul(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
     alpha, beta = spec.alpha_value, spec.beta_value
     two_d = spec.batch == 1
     swiglu, n0 = spec.is_swiglu, spec.n0 or 0
+    eps, k = spec.rmsnorm, spec.k or 0
 
     def run(inputs: MatmulInputs, out: Any) -> None:
         a = inputs.a_mk()
+        if eps is not None:
+            a = F.rms_norm(a, (k,), inputs.gain, eps)
         b = inputs.weight_kn(a.dtype) if inputs.quantized else inputs.b_kn()
         if swiglu:
             # b is [batch, k, n0 + n1]: the gate's columns, then the up's.

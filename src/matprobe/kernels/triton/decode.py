@@ -9,8 +9,9 @@ is C0 with beta = 1). :func:`decode_gemv` is what ``matprobe token --fused``
 calls; the family exposes the same kernel to the harness for the specs a
 profile can state (``matmul`` with bias/α/β, ``matmul_swiglu``, batch 1), so
 its sums and epilogue pass the same conformance suite and cheater checks as
-every family. The RMSNorm prologue has no spec form: tests check it against a
-float64 RMSNorm + matmul, and the token checks it in every layer's logits.
+every family. The RMSNorm prologue is the spec key ``rmsnorm=ε`` (the decode
+layer's QKV, gate/up + SwiGLU and LM head sites: ``matprobe shapes --model …
+--layer``), judged like any spec against a float64 RMSNorm + matmul.
 
 Importing this module never imports triton or torch.
 """
@@ -111,6 +112,8 @@ def decode_gemv(
         problem = "SwiGLU needs gate and up rows of one width and no epilogue operands"
     if problem is None and (w.stride(1) != 1 or not x.is_contiguous()):
         problem = "x and the rows of W must be contiguous along K"
+    if problem is None and gain is not None and (gain.numel() != k or gain.stride(-1) != 1):
+        problem = f"the gain must be {k} contiguous values"
     if problem is not None:
         raise ValueError(f"{NAME}: {problem}")
     y = x.new_empty((1, n)) if out is None else out
@@ -157,6 +160,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     # interpreter's cost is per program (4 rows a program: a quarter of bn 1's).
     grid={"bn": (4, 2, 1), "bk": (512, 1024), "w": (4, 8)},
     dtypes=("f16", "bf16", "q8_0"),
+    prologues=("rmsnorm",),
 )
 def GEMV_DECODE(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
@@ -176,6 +180,7 @@ def GEMV_DECODE(  # noqa: N802 - the family is a module constant
     where = target(device)
     tile = DecodeTile(int(params["bn"]), int(params["bk"]), int(params["w"]))
     has_c0, has_bias = spec.reads_c0, spec.has_bias
+    norm_eps = spec.rmsnorm  # the spec's ε, never the inputs' say
 
     def run(inputs: MatmulInputs, out: Any) -> None:
         if inputs.swiglu != swiglu:
@@ -192,8 +197,12 @@ def GEMV_DECODE(  # noqa: N802 - the family is a module constant
             common.check_tensor(NAME, scales, "scales", (1, rows, k // Q8_0_BLOCK),
                                 torch.float16, where)  # fmt: skip
             scales = scales[0]
+        gain: Any = None
+        if norm_eps is not None:
+            gain = inputs.gain
+            common.check_tensor(NAME, gain, "gain", (k,), dtype, where)
         decode_gemv(
-            x[0, 0], w[0], tile=tile, scales=scales,
+            x[0, 0], w[0], tile=tile, scales=scales, gain=gain, eps=norm_eps or 0.0,
             bias=bias if has_bias else None, c0=c0[0, 0] if has_c0 else None,
             alpha=float(inputs.alpha), beta=float(inputs.beta), swiglu=swiglu, out=out[0],
         )  # fmt: skip
