@@ -193,15 +193,17 @@ def _unsupported_line(section: SpecSection) -> str:
 
 
 def short_label(spec: MatmulSpec) -> str:
-    """``matmul 1×9728×896 NT f16``: op, m×n×k (batch× when > 1), layout, dtype."""
+    """``matmul 1×9728×896 NT f16``: op (``norm+`` with an RMSNorm prologue), m×n×k
+    (batch× when > 1), layout, epilogue, dtype."""
     layout = ("T" if spec.tA else "N") + ("T" if spec.tB else "N")
     batch = f"{spec.batch}×" if spec.batch and spec.batch > 1 else ""
     extra = "+bias" if spec.has_bias else ""
     if spec.alpha is not None and spec.alpha != 1.0:
         extra += f" α={spec.alpha:g}"
-    return (
-        f"{spec.kind} {batch}{spec.m}×{spec.n_total}×{spec.k} {layout}{extra} {spec.dtype or '?'}"
-    )
+    if spec.reads_c0:
+        extra += "+C₀" if spec.beta_value == 1.0 else f" β={spec.beta_value:g}"
+    kind = f"norm+{spec.kind}" if spec.rmsnorm is not None else spec.kind
+    return f"{kind} {batch}{spec.m}×{spec.n_total}×{spec.k} {layout}{extra} {spec.dtype or '?'}"
 
 
 def verdict(section: SpecSection) -> str:
