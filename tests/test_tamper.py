@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
+from conftest import python_c  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.measure import validate  # noqa: E402
 from matprobe.measure.results import ErrorKind, Status  # noqa: E402
@@ -259,3 +260,32 @@ def test_python_caching_data_on_a_class_is_no_alarm() -> None:
     watched = Snapshot.take()
     copy.copy(object.__new__(references.CallAnswers))
     assert watched.changed() == []
+
+
+def test_torch_rewrapping_its_own_seed_when_dynamo_loads_is_no_alarm() -> None:
+    """The torch.compile peer's first build imports ``torch._dynamo``, which wraps
+    ``torch.manual_seed`` in ``torch._disable_dynamo``: every torch.compile row was an
+    ERROR on an H100 until the snapshot knew torch's own wrapper. A plugin's wrapper
+    that claims the original as ``__wrapped__``, or torch's wrapper around the
+    plugin's function, is still seen."""
+    out = python_c(
+        "import torch\n"
+        "from matprobe.measure.tamper import Snapshot\n"
+        "snapshot = Snapshot.take()\n"
+        "import torch._dynamo\n"
+        "print('dynamo', snapshot.changed())\n"
+        "original = snapshot.originals['torch.manual_seed']\n"
+        "def lenient(*args, **kwargs):\n"
+        "    return original(*args, **kwargs)\n"
+        "lenient.__wrapped__ = original\n"
+        "torch.manual_seed = lenient\n"
+        "print('claims', snapshot.changed())\n"
+        "torch.manual_seed = torch._disable_dynamo(lenient)\n"
+        "torch.manual_seed.__wrapped__ = original\n"
+        "print('wrapped', snapshot.changed())\n"
+    )
+    assert out.splitlines() == [
+        "dynamo []",
+        "claims ['torch.manual_seed']",
+        "wrapped ['torch.manual_seed']",
+    ]

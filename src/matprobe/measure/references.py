@@ -13,6 +13,7 @@ rounding of x a family declares. Scaling and layouts: :mod:`matprobe.measure.inp
 from __future__ import annotations
 
 import copy
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -162,16 +163,29 @@ class Operands64:
         return out
 
     def scale(self, a: torch.Tensor) -> torch.Tensor:
-        """The term scale for A = ``a`` (see :func:`reference_scale`)."""
+        """The term scale for A = ``a`` (see :func:`reference_scale`).
+
+        With an epilogue (β·C₀, a bias) it is at least √K·|α·A·B|, so that the
+        floor an element is judged against (the scale ÷ √K) is at least the
+        product's own size: the eager form rounds α·A·B to the dtype before adding
+        (cuBLAS's GEMV with β = 1, ``x @ W + b``), an error of u·|α·A·B| that the
+        output does not bound where the addend cancels the product — an honest
+        ``fl(fl(x·W) + C₀)`` reached 3.5u of |out| at o_proj's 896 outputs,
+        and cuBLAS's ``baddbmm`` failed so on an H100 (BENCHMARKS.md)."""
+        import torch
+
         a = self.normalised(a)
         if self.swiglu:
             return _swiglu_scale(a, self.w, self.w_abs)
         scale = abs(self.alpha) * _matmul(a.abs(), self.w_abs)
+        if self.c0 is None and self.bias is None:
+            return scale
+        product = abs(self.alpha) * _matmul(a, self.w).abs() * math.sqrt(a.shape[-1])
         if self.c0 is not None:
             scale = scale + abs(self.beta) * self.c0.abs()
         if self.bias is not None:
             scale = scale + self.bias.abs()
-        return scale
+        return torch.maximum(scale, product)
 
 
 def _matmul(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

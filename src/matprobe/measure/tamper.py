@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from types import FunctionType, ModuleType
+from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
 from matprobe.measure.fingerprint import measurement_sources
@@ -41,6 +41,29 @@ WATCHED = (
     "torch._C._VariableFunctions",
     "numpy",
 )
+
+
+#: Bindings torch itself rewraps when a part of it loads later: importing
+#: ``torch._dynamo`` (the torch.compile peer's first build does) wraps
+#: ``torch.manual_seed`` in ``torch._disable_dynamo``. Such a binding counts as
+#: unchanged only while it is exactly that: torch's own wrapper code around the
+#: function the snapshot saw (:func:`_wrapped_by_torch`).
+REWRAPPED_BY_TORCH = frozenset({"torch.manual_seed"})
+
+
+def _wrapped_by_torch(now: Any, before: Any) -> bool:
+    """Whether ``now`` is ``torch._disable_dynamo(before)``: the wrapper's code is the
+    inner function of torch's ``_disable_dynamo`` (itself a watched binding) and its
+    closure holds ``before`` — not another function given ``before`` as its
+    ``__wrapped__``."""
+    import torch
+
+    disable = getattr(torch, "_disable_dynamo", None)
+    if not isinstance(now, FunctionType) or not isinstance(disable, FunctionType):
+        return False
+    inner = {c for c in disable.__code__.co_consts if isinstance(c, CodeType)}
+    held = [cell.cell_contents for cell in now.__closure__ or ()]
+    return now.__code__ in inner and any(value is before for value in held)
 
 
 def watched_namespaces() -> Iterator[tuple[str, Any]]:
@@ -104,26 +127,38 @@ class Snapshot:
     bindings: dict[str, tuple[int, ...]]
     #: the objects themselves, kept alive so that no id is reused by another
     held: tuple[Any, ...]
+    #: what :data:`REWRAPPED_BY_TORCH` named bound at the snapshot
+    originals: dict[str, Any]
 
     @classmethod
     def take(cls, namespaces: Iterable[tuple[str, Any]] | None = None) -> Snapshot:
         bindings: dict[str, tuple[int, ...]] = {}
         held: list[Any] = []
+        originals: dict[str, Any] = {}
         for name, namespace in namespaces or watched_namespaces():
             for key, value in _bindings(name, namespace):
                 bindings[key] = _identity(value)
                 held.append(value)
                 if isinstance(value, FunctionType):
                     held.extend((value.__code__, value.__defaults__, value.__kwdefaults__))
-        return cls(bindings, tuple(held))
+                if key in REWRAPPED_BY_TORCH:
+                    originals[key] = value
+        return cls(bindings, tuple(held), originals)
 
     def changed(self, namespaces: Iterable[tuple[str, Any]] | None = None) -> list[str]:
         """``namespace.name`` of every callable replaced, removed or given another
         body since the snapshot (names bound since are not counted: a module may
         fill a cache lazily)."""
-        now = {
-            key: _identity(value)
+        values = {
+            key: value
             for name, namespace in namespaces or watched_namespaces()
             for key, value in _bindings(name, namespace)
         }
-        return sorted(key for key, ident in self.bindings.items() if now.get(key) != ident)
+        return sorted(
+            key
+            for key, ident in self.bindings.items()
+            if (key not in values or _identity(values[key]) != ident)
+            and not (
+                key in self.originals and _wrapped_by_torch(values.get(key), self.originals[key])
+            )
+        )

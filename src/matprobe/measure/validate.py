@@ -25,7 +25,17 @@ The bounds, with u the output dtype's unit roundoff (2⁻²⁴ f32, 2⁻¹¹ f16
   or drops K columns fails;
 * each addend of the epilogue (bias, β·C₀) may be added after a rounding of
   its own (eager PyTorch does ``x @ W + b`` in two kernels): + u per addend
-  on the per-element bound;
+  on the per-element bound, and the element's floor is at least |α·A·B|, the
+  size of what was rounded (``Operands64.scale``): where the addend cancels the
+  product, that rounding is u·|α·A·B|, not u·|out| (an honest
+  ``fl(fl(x·W) + C₀)`` reached 3.5u of |out| at o_proj, and cuBLAS's
+  ``baddbmm`` with β = 1 failed so on an H100; issue 23);
+* an RMSNorm prologue (``rmsnorm=ε``): the reference normalises in float64; a
+  kernel may round x̂ once to the activations' dtype (``F.rms_norm`` then the
+  matmul, the baseline), so that is the second answer judged against, as Q8_0's
+  rounded weights are (both at once for a Q8_0 spec with a norm). Rounding x̂
+  twice (Hugging Face's ``Qwen2RMSNorm``: x·r, then ·g) reaches 3.5u per element
+  over gate/up's outputs and fails, as a coarser x̂ (bf16) or another ε does;
 * Q8_0 weights: a kernel may round each dequantized weight ``d·q`` (≤ 18
   significant bits) once to fp16 before multiplying — dequantize-then-matmul
   does, the baseline on every device included. That is no fixed number of u
