@@ -332,8 +332,9 @@ def row_strides(x: Any, w: Any) -> tuple[int, ...]:
 
 def epilogue_args(inputs: MatmulInputs, c0: Any, bias: Any, out: Any) -> tuple[Any, ...]:
     """The epilogue's launch arguments of a row GEMV kernel (``[batch, 1, n]``
-    outputs), in the order of ``_blocks.epilogue_store``: C0's batch and column
-    strides, the bias's, out's, then alpha and beta."""
+    outputs), the one tuple ``_blocks.epilogue_store`` takes after the tuple of
+    pointers ``(c0, bias, out)``: C0's batch and column strides, the bias's,
+    out's, then alpha and beta."""
     return (
         c0.stride(0), c0.stride(-1),
         bias.stride(-1),

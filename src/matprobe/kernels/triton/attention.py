@@ -168,9 +168,9 @@ def ATTN_BMV(  # noqa: N802 - the family is a module constant
     def run(inputs: MatmulInputs, out: Any) -> None:
         a, b, c0, bias = row.operands(inputs, out)
         launch(
-            a, b, c0, bias, out, *sizes,
+            a, b, (c0, bias, out), *sizes,
             *common.row_strides(a, b),
-            *common.epilogue_args(inputs, c0, bias, out),
+            common.epilogue_args(inputs, c0, bias, out),
             **constants,
         )  # fmt: skip
 

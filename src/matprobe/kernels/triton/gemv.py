@@ -131,10 +131,10 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
     def run(inputs: MatmulInputs, out: Any) -> None:
         x, w, c0, bias = row.operands(inputs, out)
         launch(
-            x, w, c0, bias, out,
+            x, w, (c0, bias, out),
             n, k,
             *common.row_strides(x, w),
-            *common.epilogue_args(inputs, c0, bias, out),
+            common.epilogue_args(inputs, c0, bias, out),
             **constants,
         )  # fmt: skip
 

@@ -115,12 +115,12 @@ def q8_gemv_launcher(
         if q.stride(2) != 1 or d.stride(2) != 1:
             raise ValueError(f"{name}: quants and scales must be contiguous along K")
         launch(
-            x, q, d, c0, bias, out,
+            x, q, d, (c0, bias, out),
             n, k,
             x.stride(0), x.stride(2),
             q.stride(0), q.stride(1),
             d.stride(0), d.stride(1),
-            *common.epilogue_args(inputs, c0, bias, out),
+            common.epilogue_args(inputs, c0, bias, out),
             **constants,
         )  # fmt: skip
 

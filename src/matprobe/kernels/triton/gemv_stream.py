@@ -138,14 +138,12 @@ def GEMV_STREAM(  # noqa: N802 - the family is a module constant
     def run(inputs: MatmulInputs, out: Any) -> None:
         x, w, c0, bias = row.operands(inputs, out)
         launch(
-            x, w, c0, bias, out,
+            x, w, (c0, bias, out),
             n, k, n_blocks,
             x.stride(2),
             w.stride(1), w.stride(2),
-            c0.stride(-1),
-            bias.stride(-1),
-            out.stride(2),
-            float(inputs.alpha), float(inputs.beta),
+            (c0.stride(-1), bias.stride(-1), out.stride(2),
+             float(inputs.alpha), float(inputs.beta)),
             **constants,
         )  # fmt: skip
 

@@ -159,17 +159,17 @@ class GemvTNKernel:
         counters = ws if self.counters is None else self.counters
         epilogue = common.epilogue_args(inputs, c0, bias, out)
         self._launch(
-            x, w, c0, bias, out, ws, counters,
+            x, w, (c0, bias, out), ws, counters,
             n, k, self.k_chunk,
             *common.row_strides(x, w),
-            *epilogue,
+            epilogue,
             **self._constants,
         )  # fmt: skip
         if self.mode == 2:
             self._finalize(
-                ws, c0, bias, out,
+                ws, (c0, bias, out),
                 n,
-                *epilogue,
+                epilogue,
                 **self.row.epilogue_constants, BLOCK_N=FINALIZE_BLOCK_N,
                 num_warps=4,
             )  # fmt: skip

@@ -230,20 +230,20 @@ class SplitKGemv:
         epilogue = common.epilogue_args(inputs, c0, bias, out)
         try:
             self._partial(
-                x, w, ws, counters, c0, bias, out,
+                x, w, ws, counters, (c0, bias, out),
                 *self._partial_args,
                 *common.row_strides(x, w),
                 *self._ws_strides,
                 counters.stride(0),
-                *epilogue,
+                epilogue,
                 **self._partial_constants,
             )  # fmt: skip
             if self._finalize is not None:
                 self._finalize(
-                    ws, c0, bias, out,
+                    ws, (c0, bias, out),
                     self.row.n, self._finalize_slices,
                     *self._ws_strides,
-                    *epilogue,
+                    epilogue,
                     **self._finalize_constants,
                 )  # fmt: skip
         except BaseException:
