@@ -79,11 +79,12 @@ def _case(module: str, kernel: str, config: dict[str, Any], args: list[Any],
                 tuple(constants.items()))  # fmt: skip
 
 
-def _epilogue(n: int, dtype: str) -> tuple[list[Any], list[Any]]:
-    """(pointers, strides) of C0, the bias and out of a row GEMV ``[batch, 1, n]``:
-    C0's and out's batch and column strides, the bias's (C0 and the bias being
-    ``out`` itself where the spec has none: the same strides)."""
-    return [Ptr(dtype), Ptr(dtype), Ptr(dtype)], [n, 1, 1, n, 1]
+def _epilogue(n: int, dtype: str, alpha: float = 1.0) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The two epilogue tuples of a row GEMV ``[batch, 1, n]`` (``_blocks.epilogue_store``):
+    the pointers to C0, the bias and out, then C0's and out's batch and column
+    strides, the bias's (C0 and the bias being ``out`` itself where the spec has
+    none: the same strides), alpha and beta."""
+    return (Ptr(dtype), Ptr(dtype), Ptr(dtype)), (n, 1, 1, n, 1, alpha, 0.5)
 
 
 def _flags(c0: bool, bias: bool) -> dict[str, Any]:
@@ -100,7 +101,7 @@ def gemv_nt_cases() -> Iterator[Case]:
     def one(dt: str, c0: bool, bias: bool, n: int, k: int, bn: int, bk: int, w: int,
             pdl: bool = False) -> Case:  # fmt: skip
         p = FLOAT_DTYPES[dt]
-        (c0p, biasp, outp), strides = _epilogue(n, p)
+        ptrs, epilogue = _epilogue(n, p)
         tiles = -(-k // bk)
         constants = {**_flags(c0, bias), "BLOCK_N": bn, "BLOCK_K": bk, "K_TILES": tiles,
                      "EVEN_K": k % bk == 0, "EVEN_N": n % bn == 0, "UNROLL": tiles <= 16,
@@ -109,7 +110,7 @@ def gemv_nt_cases() -> Iterator[Case]:
             constants.update(PDL=True, launch_pdl=True)
         config = {"dt": dt, "c0": int(c0), "bias": int(bias), "n": n, "k": k, "bn": bn,
                   "bk": bk, "w": w, "pdl": int(pdl)}  # fmt: skip
-        args = [Ptr(p), Ptr(p), c0p, biasp, outp, n, k, k, 1, n * k, k, 1, *strides, 1.0, 0.5]
+        args = [Ptr(p), Ptr(p), ptrs, n, k, k, 1, n * k, k, 1, epilogue]
         return _case("_gemv_kernels", "gemv_nt_kernel", config, args, constants)
 
     for dt in FLOAT_DTYPES:
@@ -131,24 +132,26 @@ def gemv_tn_cases() -> Iterator[Case]:
     def one(dt: str, c0: bool, bias: bool, mode: int, n: int, k: int, bn: int,
             k_chunk: int) -> Case:  # fmt: skip
         p = FLOAT_DTYPES[dt]
-        (c0p, biasp, outp), strides = _epilogue(n, p)
+        ptrs, epilogue = _epilogue(n, p)
         # Unused workspace and counters get a placeholder: out, then the workspace.
-        ws, cnt = {0: (outp, outp), 1: (Ptr("fp32"), Ptr("i32")), 2: (Ptr("fp32"), Ptr("fp32"))}[
-            mode
-        ]
+        ws, cnt = {
+            0: (ptrs[2], ptrs[2]),
+            1: (Ptr("fp32"), Ptr("i32")),
+            2: (Ptr("fp32"), Ptr("fp32")),
+        }[mode]
         constants = {**_flags(c0, bias), "MODE": mode, "BLOCK_N": bn, "BLOCK_K": 64,
                      "num_warps": 4}  # fmt: skip
         config = {"dt": dt, "c0": int(c0), "bias": int(bias), "mode": mode, "n": n, "k": k,
                   "bn": bn, "chunk": k_chunk}  # fmt: skip
-        args = [Ptr(p), Ptr(p), c0p, biasp, outp, ws, cnt, n, k, k_chunk, k, 1, k * n, n, 1,
-                *strides, 1.0, 0.5]  # fmt: skip
+        args = [Ptr(p), Ptr(p), ptrs, ws, cnt, n, k, k_chunk, k, 1, k * n, n, 1,
+                epilogue]  # fmt: skip
         return _case("_gemv_tn_kernels", "gemv_tn_kernel", config, args, constants)
 
     def finalize(dt: str, c0: bool, bias: bool, n: int) -> Case:
         p = FLOAT_DTYPES[dt]
-        (c0p, biasp, outp), strides = _epilogue(n, p)
+        ptrs, epilogue = _epilogue(n, p)
         config = {"dt": dt, "c0": int(c0), "bias": int(bias), "n": n}
-        args = [Ptr("fp32"), c0p, biasp, outp, n, *strides, 1.0, 0.5]
+        args = [Ptr("fp32"), ptrs, n, epilogue]
         constants = {**_flags(c0, bias), "BLOCK_N": 256, "num_warps": 4}
         return _case("_gemv_tn_kernels", "gemv_tn_finalize_kernel", config, args, constants)
 
@@ -170,7 +173,7 @@ def splitk_cases() -> Iterator[Case]:
     def one(dt: str, c0: bool, bias: bool, mode: int, n: int, k: int, bn: int, tiles: int,
             chunk: int, k_mode: int) -> Case:  # fmt: skip
         p = FLOAT_DTYPES[dt]
-        (c0p, biasp, outp), strides = _epilogue(n, p)
+        ptrs, epilogue = _epilogue(n, p)
         k_tiles = -(-k // 256)
         slices = -(-k_tiles // tiles)
         row_blocks = -(-n // bn)
@@ -184,18 +187,17 @@ def splitk_cases() -> Iterator[Case]:
                      "K_MODE": k_mode, "EVEN_N": n % bn == 0, "num_warps": 8}  # fmt: skip
         config = {"dt": dt, "c0": int(c0), "bias": int(bias), "mode": mode, "n": n, "k": k,
                   "bn": bn, "tiles": tiles, "chunk": chunk}  # fmt: skip
-        args = [Ptr(p), Ptr(p), Ptr("fp32"), cnt, c0p, biasp, outp, n, k, slices, k, 1, n * k,
-                k, 1, stride_ps, n, cnt_stride, *strides, 1.0, 0.5]  # fmt: skip
+        args = [Ptr(p), Ptr(p), Ptr("fp32"), cnt, ptrs, n, k, slices, k, 1, n * k,
+                k, 1, stride_ps, n, cnt_stride, epilogue]  # fmt: skip
         return _case("_splitk_kernels", "splitk_partial_kernel", config, args, constants)
 
     def finalize(dt: str, c0: bool, bias: bool, n: int, slices: int) -> Case:
         p = FLOAT_DTYPES[dt]
-        (c0p, biasp, outp), strides = _epilogue(n, p)
+        ptrs, epilogue = _epilogue(n, p)
         reset = slices == 1  # atomic: the workspace, one slice; twopass: the partials
         block_s = min(1 << (slices - 1).bit_length(), 16)
         config = {"dt": dt, "c0": int(c0), "bias": int(bias), "n": n, "slices": slices}
-        args = [Ptr("fp32"), c0p, biasp, outp, n, slices, 0 if reset else n, n, *strides,
-                1.0, 0.5]  # fmt: skip
+        args = [Ptr("fp32"), ptrs, n, slices, 0 if reset else n, n, epilogue]  # fmt: skip
         constants = {"RESET": reset, **_flags(c0, bias), "BLOCK_R": 256, "BLOCK_S": block_s,
                      "num_warps": 4}  # fmt: skip
         return _case("_splitk_kernels", "splitk_finalize_kernel", config, args, constants)
@@ -218,11 +220,10 @@ def splitk_cases() -> Iterator[Case]:
 def attention_cases() -> Iterator[Case]:
     def scores(dt: str, c0: bool, bias: bool, n: int, head: int, bn: int, bk: int) -> Case:
         p = FLOAT_DTYPES[dt]
-        (c0p, biasp, outp), strides = _epilogue(n, p)
+        ptrs, epilogue = _epilogue(n, p, alpha=0.125)
         config = {"dt": dt, "c0": int(c0), "bias": int(bias), "n": n, "K": head, "bn": bn,
                   "bk": bk}  # fmt: skip
-        args = [Ptr(p), Ptr(p), c0p, biasp, outp, n, head, 1, n * head, head, 1, *strides,
-                0.125, 0.5]  # fmt: skip
+        args = [Ptr(p), Ptr(p), ptrs, n, head, 1, n * head, head, 1, epilogue]
         constants = {**_flags(c0, bias), "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4,
                      "K": head}  # fmt: skip
         return _case("_attention_kernels", "attn_scores_kernel", config, args, constants)
@@ -230,13 +231,13 @@ def attention_cases() -> Iterator[Case]:
     def values(dt: str, c0: bool, bias: bool, head: int, k: int, bn: int, bk: int,
                pdl: bool = False) -> Case:  # fmt: skip
         p = FLOAT_DTYPES[dt]
-        (c0p, biasp, outp), strides = _epilogue(head, p)
+        ptrs, epilogue = _epilogue(head, p)
         split = -(-k // bk)
         split_p2 = 1 << max(split - 1, 0).bit_length()
         config = {"dt": dt, "c0": int(c0), "bias": int(bias), "N": head, "k": k, "bn": bn,
                   "bk": bk, "pdl": int(pdl)}  # fmt: skip
-        args = [Ptr(p), Ptr(p), c0p, biasp, outp, Ptr("fp32"), Ptr("i32"), k, split, k, 1,
-                k * head, head, 1, *strides, 1.0, 0.5]  # fmt: skip
+        args = [Ptr(p), Ptr(p), ptrs, Ptr("fp32"), Ptr("i32"), k, split, k, 1,
+                k * head, head, 1, epilogue]  # fmt: skip
         constants = {**_flags(c0, bias), "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4,
                      "N": head, "SPLIT_P2": split_p2, "MASK_N": head % bn != 0}  # fmt: skip
         if pdl:
@@ -292,7 +293,7 @@ def decode_cases() -> Iterator[Case]:
 def q8_cases() -> Iterator[Case]:
     def one(kernel: str, blk: bool | None, c0: bool, bias: bool, n: int, k: int, bn: int,
             bk: int, w: int) -> Case:  # fmt: skip
-        (c0p, biasp, outp), strides = _epilogue(n, "fp16")
+        ptrs, epilogue = _epilogue(n, "fp16")
         constants = {**_flags(c0, bias), "BLOCK_N": bn, "BLOCK_K": bk, "NB": bk // 32,
                      "K_TILES": -(-k // bk), "EVEN_K": k % bk == 0,
                      "EVEN_N": n % bn == 0}  # fmt: skip
@@ -301,8 +302,8 @@ def q8_cases() -> Iterator[Case]:
             constants["BLOCKWISE"] = blk
             config["blk"] = int(blk)
         constants["num_warps"] = w
-        args = [Ptr("fp16"), Ptr("i8"), Ptr("fp16"), c0p, biasp, outp, n, k, k, 1, n * k, k,
-                n * k // 32, k // 32, *strides, 1.0, 0.5]  # fmt: skip
+        args = [Ptr("fp16"), Ptr("i8"), Ptr("fp16"), ptrs, n, k, k, 1, n * k, k,
+                n * k // 32, k // 32, epilogue]  # fmt: skip
         return _case(f"_{kernel}_kernels", f"{kernel}_kernel", config, args, constants)
 
     for kernel, modes in (("gemv_q8", (False, True)), ("gemv_q8_int8dot", (None,))):
@@ -325,8 +326,8 @@ def stream_cases() -> Iterator[Case]:
         bk = max(16, 1 << max(k - 1, 0).bit_length())
         config = {"dt": dt, "c0": int(c0), "bias": int(bias), "n": n, "k": k, "bn": bn,
                   "pdl": int(pdl), "pf": int(pf)}  # fmt: skip
-        args = [Ptr(p), Ptr(p), Ptr(p), Ptr(p), Ptr(p), n, k, -(-n // bn), 1, k, 1, 1, 1, 1,
-                1.0, 0.5]  # fmt: skip
+        args = [Ptr(p), Ptr(p), (Ptr(p), Ptr(p), Ptr(p)), n, k, -(-n // bn), 1, k, 1,
+                (1, 1, 1, 1.0, 0.5)]  # fmt: skip
         constants: dict[str, Any] = {**_flags(c0, bias), "BLOCK_N": bn, "BLOCK_K": bk,
                                      "EVEN_K": k == bk, "num_warps": 8}  # fmt: skip
         if pdl:
@@ -448,10 +449,14 @@ def compile_ptx(case: Case) -> str:
     kwargs["debug"] = kwargs.get("debug", kernel.debug) or knobs.runtime.debug
     kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
     kwargs["fpsan_homomorphic_casts"] = knobs.compilation.fpsan_homomorphic_casts
-    args = [
-        MockTensor(getattr(torch, TORCH_DTYPES[a.dtype])) if isinstance(a, Ptr) else a
-        for a in case.args
-    ]
+
+    def stand_in(arg: Any) -> Any:
+        """A tensor for each :class:`Ptr`, also inside a tuple argument."""
+        if isinstance(arg, tuple):
+            return tuple(stand_in(a) for a in arg)
+        return MockTensor(getattr(torch, TORCH_DTYPES[arg.dtype])) if isinstance(arg, Ptr) else arg
+
+    args = [stand_in(a) for a in case.args]
     bound, specialization, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = kernel._pack_args(
         backend, kwargs, bound, specialization, options

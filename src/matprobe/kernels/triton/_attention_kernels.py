@@ -31,8 +31,9 @@ from matprobe.kernels.triton._blocks import (
     block_outputs,
     row_block,
     row_epilogue_terms,
+    row_out_ptrs,
     row_ptrs,
-    store_out,
+    row_store,
 )
 
 
@@ -40,22 +41,14 @@ from matprobe.kernels.triton._blocks import (
 def attn_scores_kernel(  # type: ignore[no-untyped-def]
     q_ptr,  # [batch, 1, K] (A viewed as [batch, m, k])
     k_ptr,  # [batch, n, K] (B stored [batch, n, k], tB = 1)
-    c0_ptr,  # [batch, 1, n], read only when HAS_C0
-    bias_ptr,  # [n], read only when HAS_BIAS
-    out_ptr,  # [batch, 1, n]
+    epilogue_ptrs,  # (C0, bias, out): C0 read only when HAS_C0, the bias when HAS_BIAS
     n,
     stride_qb,
     stride_qk,
     stride_kb,
     stride_kn,
     stride_kk,
-    stride_cb,
-    stride_cn,
-    stride_bias,
-    stride_ob,
-    stride_on,
-    alpha,
-    beta,
+    epilogue_args,  # their strides, alpha, beta
     K: tl.constexpr,  # noqa: N803 - head_dim, fixed per model
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
@@ -67,9 +60,8 @@ def attn_scores_kernel(  # type: ignore[no-untyped-def]
 
     # Epilogue operands first: their loads overlap the tile's.
     c0_term, bias_term = row_epilogue_terms(
-        pid_b, offs_n, mask_n, c0_ptr, bias_ptr, stride_cb, stride_cn, stride_bias, beta,
-        HAS_C0, HAS_BIAS,
-    )  # fmt: skip
+        pid_b, offs_n, mask_n, epilogue_ptrs, epilogue_args, HAS_C0, HAS_BIAS
+    )
 
     q_base = q_ptr + pid_b * stride_qb
     k_rows = row_ptrs(k_ptr, pid_b, row0, rows, stride_kb, stride_kn)
@@ -103,17 +95,15 @@ def attn_scores_kernel(  # type: ignore[no-untyped-def]
             acc2 += kt.to(tl.float32) * q.to(tl.float32)[None, :]
         acc = tl.sum(acc2, axis=1)
 
-    out_ptrs = out_ptr + pid_b * stride_ob + offs_n * stride_on
-    store_out(acc, c0_term, bias_term, alpha, out_ptrs, mask_n)
+    out_ptrs = row_out_ptrs(pid_b, offs_n, epilogue_ptrs, epilogue_args)
+    row_store(acc, c0_term, bias_term, out_ptrs, mask_n, epilogue_args)
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
 def attn_values_kernel(  # type: ignore[no-untyped-def]
     p_ptr,  # [batch, 1, k] (A viewed as [batch, m, k]): the probabilities
     v_ptr,  # [batch, k, N] (B stored [batch, k, n], tB = 0)
-    c0_ptr,  # [batch, 1, N], read only when HAS_C0
-    bias_ptr,  # [N], read only when HAS_BIAS
-    out_ptr,  # [batch, 1, N]
+    epilogue_ptrs,  # (C0, bias, out): C0 read only when HAS_C0, the bias when HAS_BIAS
     ws_ptr,  # fp32 [batch * n_blocks, SPLIT_P2, BLOCK_N] partials (only when SPLIT_P2 > 1)
     cnt_ptr,  # int32 [batch * n_blocks] arrival counters, 0 between launches
     k,
@@ -123,13 +113,7 @@ def attn_values_kernel(  # type: ignore[no-untyped-def]
     stride_vb,
     stride_vk,
     stride_vn,
-    stride_cb,
-    stride_cn,
-    stride_bias,
-    stride_ob,
-    stride_on,
-    alpha,
-    beta,
+    epilogue_args,  # their strides, alpha, beta
     N: tl.constexpr,  # noqa: N803 - head_dim, fixed per model
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
@@ -167,17 +151,16 @@ def attn_values_kernel(  # type: ignore[no-untyped-def]
         tl.extra.cuda.gdc_wait()
     if SPLIT_P2 == 1:
         c0_term, bias_term = row_epilogue_terms(
-            pid_b, offs_n, mask_n, c0_ptr, bias_ptr, stride_cb, stride_cn, stride_bias, beta,
-            HAS_C0, HAS_BIAS,
-        )  # fmt: skip
-    out_ptrs = out_ptr + pid_b * stride_ob + offs_n * stride_on
+            pid_b, offs_n, mask_n, epilogue_ptrs, epilogue_args, HAS_C0, HAS_BIAS
+        )
+    out_ptrs = row_out_ptrs(pid_b, offs_n, epilogue_ptrs, epilogue_args)
     p = tl.load(p_base + rows * stride_pk, mask=mask_k, other=0.0)
     if not PDL:
         v = tl.load(v_ptrs, mask=v_mask, other=0.0)
     acc = tl.sum(p.to(tl.float32)[:, None] * v.to(tl.float32), axis=0)
 
     if SPLIT_P2 == 1:
-        store_out(acc, c0_term, bias_term, alpha, out_ptrs, mask_n, MASK_N)
+        row_store(acc, c0_term, bias_term, out_ptrs, mask_n, epilogue_args, MASK_N)
     else:
         slot = pid_b * tl.cdiv(N, BLOCK_N) + pid_n
         ws_slot = ws_ptr + slot * (SPLIT_P2 * BLOCK_N)
@@ -185,9 +168,8 @@ def attn_values_kernel(  # type: ignore[no-untyped-def]
         if arrive_last(cnt_ptr + slot, split):
             # Last of the chunks: sum all partials in chunk order (deterministic).
             c0_term, bias_term = row_epilogue_terms(
-                pid_b, offs_n, mask_n, c0_ptr, bias_ptr, stride_cb, stride_cn, stride_bias, beta,
-                HAS_C0, HAS_BIAS,
-            )  # fmt: skip
+                pid_b, offs_n, mask_n, epilogue_ptrs, epilogue_args, HAS_C0, HAS_BIAS
+            )
             chunks = tl.arange(0, SPLIT_P2)
             parts = tl.load(
                 ws_slot + chunks[:, None] * BLOCK_N + cols[None, :],
@@ -196,5 +178,5 @@ def attn_values_kernel(  # type: ignore[no-untyped-def]
                 cache_modifier=".cg",  # from L2: written by other SMs
             )
             total = tl.sum(parts, axis=0)
-            store_out(total, c0_term, bias_term, alpha, out_ptrs, mask_n, MASK_N)
+            row_store(total, c0_term, bias_term, out_ptrs, mask_n, epilogue_args, MASK_N)
             tl.store(cnt_ptr + slot, 0)  # ready for the next launch (same stream)

@@ -4,8 +4,12 @@
   ``matprobe.measure.inputs.reference`` documents), one cast on store — as
   :func:`epilogue_terms` (load C0 and the bias, early if the caller likes, so
   their latency overlaps the reduction) plus :func:`store_out`, for any tile
-  shape; for one output row (every GEMV) :func:`row_epilogue_terms` and
-  :func:`epilogue_store` build the pointers from the batch index and strides.
+  shape; for one output row (every GEMV) :func:`row_epilogue_terms`,
+  :func:`row_out_ptrs`, :func:`row_store` and :func:`epilogue_store` build the pointers from the
+  batch index and two tuple arguments every row GEMV kernel takes as they come
+  from its launch: ``epilogue_ptrs`` (C0, bias, out) and ``epilogue_args``
+  (their strides, alpha and beta: ``_common.epilogue_args``). Triton flattens
+  the tuples, so the compiled kernel's parameters are those of the loose values.
 * The row-block set-up of a GEMV program (m = 1, W stored ``[batch, rows, k]``):
   :func:`row_block` — which batch and which BLOCK_N outputs (:func:`block_outputs`,
   which a split-K grid, batch on axis 2, calls itself) — and
@@ -70,20 +74,40 @@ def row_epilogue_terms(  # type: ignore[no-untyped-def]
     pid_b,  # int64 batch index
     offs_n,
     mask_n,
-    c0_ptr,
-    bias_ptr,
-    stride_cb,
-    stride_cn,
-    stride_bias,
-    beta,
+    epilogue_ptrs,  # (C0, bias, out) of a row GEMV: C0 and out [batch, 1, n], the bias [n]
+    epilogue_args,  # their strides, alpha and beta (``_common.epilogue_args``)
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
 ):
     """:func:`epilogue_terms` for one output row (m = 1): outputs ``offs_n`` of batch ``pid_b``."""
+    c0_ptr, bias_ptr, _ = epilogue_ptrs
+    stride_cb, stride_cn, stride_bias, _, _, _, beta = epilogue_args
     return epilogue_terms(
         c0_ptr + pid_b * stride_cb + offs_n * stride_cn, mask_n,
         bias_ptr + offs_n * stride_bias, mask_n, beta, HAS_C0, HAS_BIAS,
     )  # fmt: skip
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def row_out_ptrs(pid_b, offs_n, epilogue_ptrs, epilogue_args):  # type: ignore[no-untyped-def]
+    """Where outputs ``offs_n`` of batch ``pid_b`` of a row GEMV are stored."""
+    _, _, _, stride_ob, stride_on, _, _ = epilogue_args
+    return epilogue_ptrs[2] + pid_b * stride_ob + offs_n * stride_on
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def row_store(  # type: ignore[no-untyped-def]
+    acc,
+    c0_term,
+    bias_term,
+    out_ptrs,  # :func:`row_out_ptrs`
+    mask_n,
+    epilogue_args,
+    MASK: tl.constexpr = True,  # noqa: N803 - False: every output is inside (no predicate)
+) -> None:
+    """:func:`store_out` with the alpha of a row GEMV's ``epilogue_args``."""
+    _, _, _, _, _, alpha, _ = epilogue_args
+    store_out(acc, c0_term, bias_term, alpha, out_ptrs, mask_n, MASK)
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -92,26 +116,17 @@ def epilogue_store(  # type: ignore[no-untyped-def]
     pid_b,  # int64 batch index
     offs_n,
     mask_n,
-    c0_ptr,
-    bias_ptr,
-    out_ptr,
-    stride_cb,
-    stride_cn,
-    stride_bias,
-    stride_ob,
-    stride_on,
-    alpha,
-    beta,
+    epilogue_ptrs,  # (C0, bias, out), as :func:`row_epilogue_terms` takes them
+    epilogue_args,
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
 ) -> None:
     """The whole epilogue of one output row after the reduction: load, combine, store."""
     c0_term, bias_term = row_epilogue_terms(
-        pid_b, offs_n, mask_n, c0_ptr, bias_ptr, stride_cb, stride_cn, stride_bias, beta,
-        HAS_C0, HAS_BIAS,
-    )  # fmt: skip
-    store_out(acc, c0_term, bias_term, alpha, out_ptr + pid_b * stride_ob + offs_n * stride_on,
-              mask_n)  # fmt: skip
+        pid_b, offs_n, mask_n, epilogue_ptrs, epilogue_args, HAS_C0, HAS_BIAS
+    )
+    out_ptrs = row_out_ptrs(pid_b, offs_n, epilogue_ptrs, epilogue_args)
+    row_store(acc, c0_term, bias_term, out_ptrs, mask_n, epilogue_args)
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
@@ -185,3 +200,27 @@ def silu_mul(g, u):  # type: ignore[no-untyped-def]
     """silu(g)·u in fp32: g·σ(g)·u. For g → −∞, exp(−g) overflows to inf and the
     quotient is −0, silu's limit (never a NaN)."""
     return g / (1.0 + tl.exp(-g)) * u
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def last_finishes(  # type: ignore[no-untyped-def]
+    counter,  # int32 arrival counter of this program's group, zero between calls
+    arrivals,  # programs in the group
+    ws_ptrs,  # fp32 workspace where the group's programs added their partial sums
+    pid_b,
+    offs_n,
+    mask_n,
+    epilogue_ptrs,
+    epilogue_args,
+    HAS_C0: tl.constexpr,  # noqa: N803
+    HAS_BIAS: tl.constexpr,  # noqa: N803
+) -> None:
+    """The one-launch split-K finish, called by every program of a group after
+    adding its partial sums: the last to arrive (:func:`arrive_last`) takes the
+    total (:func:`take_sums`), resets the counter — workspace and counter both
+    zero again for the next call — and runs :func:`epilogue_store`."""
+    if arrive_last(counter, arrivals):
+        total = take_sums(ws_ptrs, mask_n)
+        tl.store(counter, 0)  # no other program of the group touches it again this call
+        epilogue_store(total, pid_b, offs_n, mask_n, epilogue_ptrs, epilogue_args, HAS_C0,
+                       HAS_BIAS)  # fmt: skip

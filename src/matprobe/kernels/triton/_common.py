@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from matprobe.errors import MatprobeError
+from matprobe.spec import Q8_0_BLOCK
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -145,6 +146,60 @@ def tile_reason(
     if bn * bk > MAX_TILE_ELEMENTS:
         return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
     return None
+
+
+def gemv_layout_reason(spec: MatmulSpec, *, tb: bool | None = None) -> str | None:
+    """Why a row GEMV family cannot take ``spec``'s shape (None: it can): m must
+    be 1 and, where ``tb`` is given, W stored as it says (``[n, k]`` when true)."""
+    if spec.m != 1:
+        return "needs m=1 (GEMV)"
+    if tb is True and not spec.tB:
+        return "needs tB=1: W stored [n, k]"
+    if tb is False and spec.tB:
+        return "needs tB=0: W stored [k, n]"
+    return None
+
+
+def q8_k_reason(k: int) -> str | None:
+    """Q8_0 weights come in blocks of 32 along K: why ``k`` is not whole blocks."""
+    if k % Q8_0_BLOCK:
+        return f"Q8_0 needs k a multiple of {Q8_0_BLOCK}, got k={k}"
+    return None
+
+
+def spill_reason(bn: int, bk: int, warps: int, max_per_thread: int) -> str | None:
+    """Why a ``bn``×``bk`` register tile over ``warps`` warps is too large: more
+    than ``max_per_thread`` elements a thread, where the registers would spill."""
+    if bn * bk > max_per_thread * 32 * warps:
+        return (
+            f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
+            f"per thread, > {max_per_thread}: registers would spill (raise w or lower bn)"
+        )
+    return None
+
+
+def unroll_reason(k: int, bk: int, max_tiles: int) -> str | None:
+    """Why a K loop a kernel unrolls at compile time is too long for ``bk`` tiles."""
+    if -(-k // bk) > max_tiles:
+        return f"k={k} needs more than {max_tiles} tiles of bk={bk}: raise bk"
+    return None
+
+
+def tile_params(params: Mapping[str, Any]) -> tuple[int, int, int]:
+    """A built variant's ``bn``, ``bk`` and ``w`` grid parameters."""
+    return int(params["bn"]), int(params["bk"]), int(params["w"])
+
+
+def unrolled_tile_constants(n: int, k: int, bn: int, bk: int) -> dict[str, Any]:
+    """The tile constexprs of a row-blocked kernel whose K loop is unrolled
+    (``tl.static_range(K_TILES)``), with the masks it can leave out."""
+    return {
+        "BLOCK_N": bn,
+        "BLOCK_K": bk,
+        "K_TILES": -(-k // bk),
+        "EVEN_K": k % bk == 0,  # no K masks
+        "EVEN_N": n % bn == 0,  # no row masks
+    }
 
 
 def interpreter_too_large(device: DeviceInfo, batch: int, n: int, k: int) -> str | None:
@@ -332,8 +387,9 @@ def row_strides(x: Any, w: Any) -> tuple[int, ...]:
 
 def epilogue_args(inputs: MatmulInputs, c0: Any, bias: Any, out: Any) -> tuple[Any, ...]:
     """The epilogue's launch arguments of a row GEMV kernel (``[batch, 1, n]``
-    outputs), in the order of ``_blocks.epilogue_store``: C0's batch and column
-    strides, the bias's, out's, then alpha and beta."""
+    outputs), the one tuple ``_blocks.epilogue_store`` takes after the tuple of
+    pointers ``(c0, bias, out)``: C0's batch and column strides, the bias's,
+    out's, then alpha and beta."""
     return (
         c0.stride(0), c0.stride(-1),
         bias.stride(-1),

@@ -32,9 +32,7 @@ def masked_tiles(x_base, w_rows, ks, k, mask_n, stride_xk, stride_wk):  # type: 
 def gemv_nt_kernel(  # type: ignore[no-untyped-def]
     x_ptr,  # [batch, 1, k] activations (A viewed as [batch, m, k])
     w_ptr,  # [batch, n, k] weights
-    c0_ptr,  # [batch, 1, n], read only when HAS_C0
-    bias_ptr,  # [n], read only when HAS_BIAS
-    out_ptr,  # [batch, 1, n]
+    epilogue_ptrs,  # (C0, bias, out): C0 read only when HAS_C0, the bias when HAS_BIAS
     n,
     k,
     stride_xb,
@@ -42,13 +40,7 @@ def gemv_nt_kernel(  # type: ignore[no-untyped-def]
     stride_wb,
     stride_wn,
     stride_wk,
-    stride_cb,
-    stride_cn,
-    stride_bias,
-    stride_ob,
-    stride_on,
-    alpha,
-    beta,
+    epilogue_args,  # their strides, alpha, beta
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
     BLOCK_N: tl.constexpr,  # noqa: N803
@@ -117,7 +109,4 @@ def gemv_nt_kernel(  # type: ignore[no-untyped-def]
             x, w = masked_tiles(x_base, w_rows, k0 + offs_k, k, mask_n, stride_xk, stride_wk)
             acc += tl.sum(w * x[None, :], axis=1)
 
-    epilogue_store(
-        acc, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
-        stride_cb, stride_cn, stride_bias, stride_ob, stride_on, alpha, beta, HAS_C0, HAS_BIAS,
-    )  # fmt: skip
+    epilogue_store(acc, pid_b, offs_n, mask_n, epilogue_ptrs, epilogue_args, HAS_C0, HAS_BIAS)

@@ -29,9 +29,7 @@ def gemv_q8_kernel(  # type: ignore[no-untyped-def]
     x_ptr,  # [batch, 1, k] fp16 activations
     q_ptr,  # [batch, n, k] int8 quants
     d_ptr,  # [batch, n, k/32] fp16 scales
-    c0_ptr,  # [batch, 1, n], read only when HAS_C0
-    bias_ptr,  # [n], read only when HAS_BIAS
-    out_ptr,  # [batch, 1, n]
+    epilogue_ptrs,  # (C0, bias, out): C0 read only when HAS_C0, the bias when HAS_BIAS
     n,
     k,
     stride_xb,
@@ -40,13 +38,7 @@ def gemv_q8_kernel(  # type: ignore[no-untyped-def]
     stride_qn,
     stride_db,
     stride_dn,
-    stride_cb,
-    stride_cn,
-    stride_bias,
-    stride_ob,
-    stride_on,
-    alpha,
-    beta,
+    epilogue_args,  # their strides, alpha, beta
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
     BLOCK_N: tl.constexpr,  # noqa: N803
@@ -99,7 +91,4 @@ def gemv_q8_kernel(  # type: ignore[no-untyped-def]
         else:
             acc2 += (q.to(tl.float32) * d.to(tl.float32)) * x[None, :]
     acc = tl.sum(acc2, axis=1)
-    epilogue_store(
-        acc, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
-        stride_cb, stride_cn, stride_bias, stride_ob, stride_on, alpha, beta, HAS_C0, HAS_BIAS,
-    )  # fmt: skip
+    epilogue_store(acc, pid_b, offs_n, mask_n, epilogue_ptrs, epilogue_args, HAS_C0, HAS_BIAS)

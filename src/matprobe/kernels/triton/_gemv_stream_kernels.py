@@ -73,20 +73,14 @@ def _prefetch_block_l2(  # type: ignore[no-untyped-def]
 def gemv_stream_kernel(  # type: ignore[no-untyped-def]
     x_ptr,  # [k] activations (A's single row)
     w_ptr,  # [n, k] weights
-    c0_ptr,  # [n], read only when HAS_C0
-    bias_ptr,  # [n], read only when HAS_BIAS
-    out_ptr,  # [n]
+    epilogue_ptrs,  # (C0, bias, out), each [n]: C0 read only when HAS_C0, the bias when HAS_BIAS
     n,
     k,
     n_blocks,  # cdiv(n, BLOCK_N)
     stride_xk,
     stride_wn,
     stride_wk,
-    stride_cn,
-    stride_bias,
-    stride_on,
-    alpha,
-    beta,
+    epilogue_args,  # (C0's, the bias's and out's strides, alpha, beta)
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
     BLOCK_N: tl.constexpr,  # noqa: N803
@@ -101,6 +95,9 @@ def gemv_stream_kernel(  # type: ignore[no-untyped-def]
     programs = tl.num_programs(0)
     offs_k = tl.arange(0, BLOCK_K)
     zero = tl.zeros([], dtype=tl.int64)  # batch index for the shared epilogue (batch = 1)
+    stride_cn, stride_bias, stride_on, alpha, beta = epilogue_args
+    # The shared epilogue's arguments of a batch of one: no batch strides.
+    row_args = (0, stride_cn, stride_bias, 0, stride_on, alpha, beta)
 
     if PDL:
         # Every program has started: the next kernel in the stream may launch.
@@ -132,8 +129,6 @@ def gemv_stream_kernel(  # type: ignore[no-untyped-def]
                              EVEN_K)  # fmt: skip
         acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
         offs_n = rb * BLOCK_N + tl.arange(0, BLOCK_N)
-        epilogue_store(acc, zero, offs_n, offs_n < n, c0_ptr, bias_ptr, out_ptr,
-                       0, stride_cn, stride_bias, 0, stride_on, alpha, beta,
-                       HAS_C0, HAS_BIAS)  # fmt: skip
+        epilogue_store(acc, zero, offs_n, offs_n < n, epilogue_ptrs, row_args, HAS_C0, HAS_BIAS)
         w = w_next
         rb += programs

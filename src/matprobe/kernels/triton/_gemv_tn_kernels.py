@@ -27,9 +27,9 @@ import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 from matprobe.kernels.triton._blocks import (
-    arrive_last,
     block_outputs,
     epilogue_store,
+    last_finishes,
     row_block,
     take_sums,
 )
@@ -39,9 +39,7 @@ from matprobe.kernels.triton._blocks import (
 def gemv_tn_kernel(  # type: ignore[no-untyped-def]
     x_ptr,  # [batch, 1, k] activations (A viewed as [batch, m, k])
     w_ptr,  # [batch, k, n] weights, N contiguous for coalesced loads
-    c0_ptr,  # [batch, 1, n], read only when HAS_C0
-    bias_ptr,  # [n], read only when HAS_BIAS
-    out_ptr,  # [batch, 1, n]
+    epilogue_ptrs,  # (C0, bias, out): C0 read only when HAS_C0, the bias when HAS_BIAS
     ws_ptr,  # fp32 [batch, n] workspace, zero between calls (MODE 1, 2)
     cnt_ptr,  # int32 [batch, column blocks] counters, zero between calls (MODE 1)
     n,
@@ -52,13 +50,7 @@ def gemv_tn_kernel(  # type: ignore[no-untyped-def]
     stride_wb,
     stride_wk,
     stride_wn,
-    stride_cb,
-    stride_cn,
-    stride_bias,
-    stride_ob,
-    stride_on,
-    alpha,
-    beta,
+    epilogue_args,  # their strides, alpha, beta
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
     MODE: tl.constexpr,  # noqa: N803 - 0 no split, 1 last program finalizes, 2 partials only
@@ -96,41 +88,23 @@ def gemv_tn_kernel(  # type: ignore[no-untyped-def]
     col = tl.sum(acc, axis=0)
 
     if MODE == 0:
-        epilogue_store(
-            col, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
-            stride_cb, stride_cn, stride_bias, stride_ob, stride_on,
-            alpha, beta, HAS_C0, HAS_BIAS,
-        )  # fmt: skip
+        epilogue_store(col, pid_b, offs_n, mask_n, epilogue_ptrs, epilogue_args, HAS_C0, HAS_BIAS)
     else:
         ws_ptrs = ws_ptr + pid_b * n + offs_n
         tl.atomic_add(ws_ptrs, col, mask=mask_n, sem="relaxed")
         if MODE == 1:
+            # The last of this column block's splits finishes it.
             cnt = cnt_ptr + pid_b * tl.num_programs(0) + pid_n
-            if arrive_last(cnt, tl.num_programs(1)):
-                # Last of this column block: the total, the workspace zeroed.
-                total = take_sums(ws_ptrs, mask_n)
-                tl.store(cnt, 0)  # no other program touches it again this call
-                epilogue_store(
-                    total, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
-                    stride_cb, stride_cn, stride_bias, stride_ob, stride_on,
-                    alpha, beta, HAS_C0, HAS_BIAS,
-                )  # fmt: skip
+            last_finishes(cnt, tl.num_programs(1), ws_ptrs, pid_b, offs_n, mask_n, epilogue_ptrs,
+                          epilogue_args, HAS_C0, HAS_BIAS)  # fmt: skip
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
 def gemv_tn_finalize_kernel(  # type: ignore[no-untyped-def]
     ws_ptr,  # fp32 [batch, n] sums from gemv_tn_kernel (MODE 2); zeroed here
-    c0_ptr,
-    bias_ptr,
-    out_ptr,
+    epilogue_ptrs,
     n,
-    stride_cb,
-    stride_cn,
-    stride_bias,
-    stride_ob,
-    stride_on,
-    alpha,
-    beta,
+    epilogue_args,  # their strides, alpha, beta
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
     BLOCK_N: tl.constexpr,  # noqa: N803
@@ -138,8 +112,4 @@ def gemv_tn_finalize_kernel(  # type: ignore[no-untyped-def]
     pid_b, _, _, offs_n, mask_n = row_block(n, BLOCK_N)
     ws_ptrs = ws_ptr + pid_b * n + offs_n
     total = take_sums(ws_ptrs, mask_n)
-    epilogue_store(
-        total, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
-        stride_cb, stride_cn, stride_bias, stride_ob, stride_on,
-        alpha, beta, HAS_C0, HAS_BIAS,
-    )  # fmt: skip
+    epilogue_store(total, pid_b, offs_n, mask_n, epilogue_ptrs, epilogue_args, HAS_C0, HAS_BIAS)

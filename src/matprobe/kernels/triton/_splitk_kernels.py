@@ -25,9 +25,9 @@ import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 from matprobe.kernels.triton._blocks import (
-    arrive_last,
     block_outputs,
     epilogue_store,
+    last_finishes,
     row_block,
     take_sums,
 )
@@ -39,9 +39,7 @@ def splitk_partial_kernel(  # type: ignore[no-untyped-def]
     w_ptr,  # [batch, n, k] weights
     part_ptr,  # fp32: partials [slices, batch, n] (MODE 0) or workspace [batch, n]
     count_ptr,  # int32 [batch, row blocks], MODE 2 only (else never touched)
-    c0_ptr,  # [batch, 1, n], MODE 2 with HAS_C0 only
-    bias_ptr,  # [n], MODE 2 with HAS_BIAS only
-    out_ptr,  # [batch, 1, n], MODE 2 only
+    epilogue_ptrs,  # (C0, bias, out), MODE 2 only (C0 with HAS_C0, the bias with HAS_BIAS)
     n,
     k,
     num_slices,  # programs along axis 1 (the last may hold fewer than TILES tiles)
@@ -53,13 +51,7 @@ def splitk_partial_kernel(  # type: ignore[no-untyped-def]
     stride_ps,  # partials: slice stride (MODE 0)
     stride_pb,  # partials / workspace: batch stride (n stride is 1)
     stride_qb,  # counters: batch stride (row-block stride is 1)
-    stride_cb,
-    stride_cn,
-    stride_bias,
-    stride_ob,
-    stride_on,
-    alpha,
-    beta,
+    epilogue_args,  # their strides, alpha, beta
     MODE: tl.constexpr,  # noqa: N803 - 0 twopass, 1 atomic, 2 atomic_last
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
@@ -123,35 +115,21 @@ def splitk_partial_kernel(  # type: ignore[no-untyped-def]
         # arrive_last's barrier and acq_rel counter.
         tl.atomic_add(ws, acc, mask=mask_n, sem="relaxed", scope="gpu")
         if MODE == 2:
+            # The last of this row block's slices finishes it.
             counter = count_ptr + pid_b * stride_qb + pid_n
-            if arrive_last(counter, num_slices):
-                # Last of the row block: the total, the workspace zeroed.
-                total = take_sums(ws, mask_n)
-                tl.store(counter, 0)
-                epilogue_store(
-                    total, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
-                    stride_cb, stride_cn, stride_bias, stride_ob, stride_on, alpha, beta,
-                    HAS_C0, HAS_BIAS,
-                )  # fmt: skip
+            last_finishes(counter, num_slices, ws, pid_b, offs_n, mask_n, epilogue_ptrs,
+                          epilogue_args, HAS_C0, HAS_BIAS)  # fmt: skip
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
 def splitk_finalize_kernel(  # type: ignore[no-untyped-def]
     part_ptr,  # fp32 partials [slices, batch, n] (twopass) or workspace [batch, n]
-    c0_ptr,
-    bias_ptr,
-    out_ptr,
+    epilogue_ptrs,
     n,
     num_slices,
     stride_ps,
     stride_pb,
-    stride_cb,
-    stride_cn,
-    stride_bias,
-    stride_ob,
-    stride_on,
-    alpha,
-    beta,
+    epilogue_args,  # their strides, alpha, beta
     RESET: tl.constexpr,  # noqa: N803 - the single-slice atomic workspace: zero it after reading
     HAS_C0: tl.constexpr,  # noqa: N803
     HAS_BIAS: tl.constexpr,  # noqa: N803
@@ -173,8 +151,4 @@ def splitk_finalize_kernel(  # type: ignore[no-untyped-def]
                 other=0.0,
             )
         acc = tl.sum(sums, axis=0)  # fixed order: the result is reproducible
-    epilogue_store(
-        acc, pid_b, offs_n, mask_n, c0_ptr, bias_ptr, out_ptr,
-        stride_cb, stride_cn, stride_bias, stride_ob, stride_on, alpha, beta,
-        HAS_C0, HAS_BIAS,
-    )  # fmt: skip
+    epilogue_store(acc, pid_b, offs_n, mask_n, epilogue_ptrs, epilogue_args, HAS_C0, HAS_BIAS)

@@ -39,10 +39,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
-from matprobe.kernels.triton._common import (
-    interpreter_too_large,
-    is_pow2,
-)
 from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import MatmulSpec
 
@@ -91,7 +87,8 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         reason = _pdl_unsupported(spec, device)
     if reason is not None:
         return reason
-    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
+    # tile_reason checked them: the assert narrows the types
+    assert common.is_pow2(bn) and common.is_pow2(bk) and common.is_pow2(warps)
     tile = block(bn, n) * block(bk, k)  # the blocks this spec actually gets
     if tile > MAX_PER_THREAD * 32 * warps:
         return (
@@ -99,7 +96,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
             f"{tile // (32 * warps)} elements per thread over w={warps} warps, "
             f"> {MAX_PER_THREAD}: registers would spill (raise w, or lower bn or bk)"
         )
-    return interpreter_too_large(device, batch, n, k)
+    return common.interpreter_too_large(device, batch, n, k)
 
 
 def _pdl_unsupported(spec: MatmulSpec, device: DeviceInfo) -> str | None:
@@ -168,9 +165,9 @@ def ATTN_BMV(  # noqa: N802 - the family is a module constant
     def run(inputs: MatmulInputs, out: Any) -> None:
         a, b, c0, bias = row.operands(inputs, out)
         launch(
-            a, b, c0, bias, out, *sizes,
+            a, b, (c0, bias, out), *sizes,
             *common.row_strides(a, b),
-            *common.epilogue_args(inputs, c0, bias, out),
+            common.epilogue_args(inputs, c0, bias, out),
             **constants,
         )  # fmt: skip
 

@@ -23,10 +23,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
-from matprobe.kernels.triton._common import (
-    interpreter_too_large,
-    target,
-)
 from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
@@ -72,11 +68,9 @@ def tile_problem(tile: DecodeTile, *, k: int, swiglu: bool, quantized: bool) -> 
             f"{tiles * bn * bk // (32 * warps)} elements per thread, > {MAX_PER_THREAD}: "
             "registers would spill (raise w or lower bn)"
         )
-    if quantized and k % Q8_0_BLOCK:
-        return f"Q8_0 needs k a multiple of {Q8_0_BLOCK}, got k={k}"
-    if -(-k // bk) > MAX_UNROLLED_TILES:
-        return f"k={k} needs more than {MAX_UNROLLED_TILES} tiles of bk={bk}: raise bk"
-    return None
+    return (common.q8_k_reason(k) if quantized else None) or common.unroll_reason(
+        k, bk, MAX_UNROLLED_TILES
+    )
 
 
 def decode_gemv(
@@ -149,7 +143,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     k = spec.k or 0
     tile = DecodeTile(params.get("bn", 0), params.get("bk", 0), params.get("w", 0))
     problem = tile_problem(tile, k=k, swiglu=swiglu, quantized=spec.dtype == "q8_0")
-    return problem or interpreter_too_large(device, 1, spec.n_total or 0, k)
+    return problem or common.interpreter_too_large(device, 1, spec.n_total or 0, k)
 
 
 @common.triton_family(
@@ -177,7 +171,7 @@ def GEMV_DECODE(  # noqa: N802 - the family is a module constant
     k = spec.k or 0
     rows = spec.n_total or 0
     dtype = torch_dtype(activation_dtype(spec))
-    where = target(device)
+    where = common.target(device)
     tile = DecodeTile(int(params["bn"]), int(params["bk"]), int(params["w"]))
     has_c0, has_bias = spec.reads_c0, spec.has_bias
     norm_eps = spec.rmsnorm  # the spec's ε, never the inputs' say

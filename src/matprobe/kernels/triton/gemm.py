@@ -28,13 +28,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
-from matprobe.kernels.triton._common import (
-    MAX_TILE_ELEMENTS,
-    epilogue_operands,
-    interpreter_too_large,
-    is_pow2,
-    target,
-)
 from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import DTYPE_BYTES, MatmulSpec
 
@@ -72,15 +65,15 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     bm, bn, bk = params.get("bm"), params.get("bn"), params.get("bk")
     warps, stages = params.get("w"), params.get("s")
     for name, value in (("bm", bm), ("bn", bn), ("bk", bk)):
-        if not is_pow2(value) or value < 16:
+        if not common.is_pow2(value) or value < 16:
             return f"{name}={value!r}: tile sides must be powers of two >= 16 (tl.dot)"
-    assert is_pow2(bm) and is_pow2(bn) and is_pow2(bk)
-    if not is_pow2(warps) or warps > 32:
+    assert common.is_pow2(bm) and common.is_pow2(bn) and common.is_pow2(bk)
+    if not common.is_pow2(warps) or warps > 32:
         return f"w={warps!r}: num_warps must be a power of two <= 32"
     if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
         return f"s={stages!r}: num_stages must be an integer >= 1"
-    if max(bm * bn, bm * bk, bk * bn) > MAX_TILE_ELEMENTS:
-        return f"tile {bm}×{bn}×{bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    if max(bm * bn, bm * bk, bk * bn) > common.MAX_TILE_ELEMENTS:
+        return f"tile {bm}×{bn}×{bk} exceeds Triton's block limit of {common.MAX_TILE_ELEMENTS}"
     dtype = spec.dtype or "f32"
     smem = shared_bytes(bm, bn, bk, stages, dtype)
     if smem > MAX_SHARED_BYTES:
@@ -89,7 +82,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
             f"exceeds the {MAX_SHARED_BYTES // 1024} KB a block may use"
         )
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
-    too_large = interpreter_too_large(device, batch, n, k)
+    too_large = common.interpreter_too_large(device, batch, n, k)
     if too_large is not None:
         return too_large
     if device.kind == "cpu" and batch * m * n * k > INTERPRETER_MAX_MACS:
@@ -120,7 +113,7 @@ def GEMM(  # noqa: N802 - the family is a module constant
     batch, m, n = dims["out"]
     k = spec.k or 0
     dtype = torch_dtype(spec.dtype or "f32")
-    where = target(device)
+    where = common.target(device)
     bm, bn, bk = int(params["bm"]), int(params["bn"]), int(params["bk"])
     has_c0, has_bias = spec.reads_c0, spec.has_bias
     launch = gemm_kernel[(-(-m // bm) * -(-n // bn), batch)]
@@ -145,7 +138,7 @@ def GEMM(  # noqa: N802 - the family is a module constant
         common.check_tensor(NAME, a, "A (as [batch, m, k])", (batch, m, k), dtype, where)
         common.check_tensor(NAME, b, "B (as [batch, k, n])", (batch, k, n), dtype, where)
         common.check_tensor(NAME, out, "out", (batch, m, n), dtype, where)
-        c0, bias = epilogue_operands(
+        c0, bias = common.epilogue_operands(
             NAME,
             inputs,
             out,

@@ -20,10 +20,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
-from matprobe.kernels.triton._common import (
-    interpreter_too_large,
-    is_pow2,
-)
 from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import MatmulSpec
 
@@ -47,19 +43,15 @@ KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_kernels.py")
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
-    if spec.m != 1:
-        return "needs m=1 (GEMV)"
-    if not spec.tB:
-        return "needs tB=1: W stored [n, k]"
+    if (reason := common.gemv_layout_reason(spec, tb=True)) is not None:
+        return reason
     bn, bk, warps = params.get("bn"), params.get("bk"), params.get("w")
     if (reason := common.tile_reason(bn, bk, warps)) is not None:
         return reason
-    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
-    if bn * bk > MAX_PER_THREAD * 32 * warps:
-        return (
-            f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
-            f"per thread, > {MAX_PER_THREAD}: registers would spill (raise w or lower bn)"
-        )
+    # tile_reason checked them: the assert narrows the types
+    assert common.is_pow2(bn) and common.is_pow2(bk) and common.is_pow2(warps)
+    if (reason := common.spill_reason(bn, bk, warps, MAX_PER_THREAD)) is not None:
+        return reason
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
     if bk > WIDE_TILE and bk >= 2 * k:
         return (
@@ -69,7 +61,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     reason = common.flag_reason(params, "pdl")
     if reason is None and params.get("pdl"):
         reason = _pdl_unsupported(spec, bk, device)
-    return reason or interpreter_too_large(device, batch, n, k)
+    return reason or common.interpreter_too_large(device, batch, n, k)
 
 
 def _pdl_unsupported(spec: MatmulSpec, bk: int, device: DeviceInfo) -> str | None:
@@ -110,19 +102,15 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
 
     row = common.row_gemv(NAME, gemv_nt_kernel, spec, device)
     n, k = row.n, row.k
-    bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
+    bn, bk, warps = common.tile_params(params)
     pdl = bool(params.get("pdl", 0))
     launch = gemv_nt_kernel[(-(-n // bn), row.batch)]
-    k_tiles = -(-k // bk)
+    tiles = common.unrolled_tile_constants(n, k, bn, bk)
     constants: dict[str, Any] = {
         **row.epilogue_constants,
-        "BLOCK_N": bn,
-        "BLOCK_K": bk,
-        "K_TILES": k_tiles,
-        "EVEN_K": k % bk == 0,
-        "EVEN_N": n % bn == 0,
+        **tiles,
         # Unrolled up to 16 tiles; beyond that the code grows for no gain.
-        "UNROLL": k_tiles <= MAX_UNROLLED_TILES,
+        "UNROLL": tiles["K_TILES"] <= MAX_UNROLLED_TILES,
         "num_warps": warps,
     }
     if pdl:
@@ -131,10 +119,10 @@ def GEMV_NT(  # noqa: N802 - the family is a module constant
     def run(inputs: MatmulInputs, out: Any) -> None:
         x, w, c0, bias = row.operands(inputs, out)
         launch(
-            x, w, c0, bias, out,
+            x, w, (c0, bias, out),
             n, k,
             *common.row_strides(x, w),
-            *common.epilogue_args(inputs, c0, bias, out),
+            common.epilogue_args(inputs, c0, bias, out),
             **constants,
         )  # fmt: skip
 

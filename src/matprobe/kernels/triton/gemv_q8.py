@@ -15,11 +15,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
-from matprobe.kernels.triton._common import (
-    interpreter_too_large,
-    is_pow2,
-    target,
-)
 from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
@@ -41,25 +36,20 @@ KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_q8_kernels.py")
 def q8_gemv_reason(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
     """Why a row-blocked Q8_0 GEMV (this family's kernel, or another taking its
     ``bn``/``bk``/``w`` grid and its launch) cannot run ``spec`` at ``params``."""
-    if spec.m != 1:
-        return "needs m=1 (GEMV)"
     k = spec.k or 0
-    if k % Q8_0_BLOCK:
-        return f"Q8_0 needs k a multiple of {Q8_0_BLOCK}, got k={k}"
     bn, bk, warps = params.get("bn"), params.get("bk"), params.get("w")
-    reason = common.tile_reason(bn, bk, warps, min_bk=Q8_0_BLOCK, bk_note=" (whole blocks)")
-    if reason is not None:
+    reason = common.gemv_layout_reason(spec) or common.q8_k_reason(k)
+    if reason := reason or common.tile_reason(
+        bn, bk, warps, min_bk=Q8_0_BLOCK, bk_note=" (whole blocks)"
+    ):
         return reason
-    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
-    if bn * bk > MAX_PER_THREAD * 32 * warps:
-        return (
-            f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
-            f"per thread, > {MAX_PER_THREAD}: registers would spill (raise w or lower bn)"
-        )
-    if -(-k // bk) > MAX_UNROLLED_TILES:
-        return f"k={k} needs more than {MAX_UNROLLED_TILES} tiles of bk={bk}: raise bk"
-    batch, n = spec.batch or 0, spec.n_total or 0
-    return interpreter_too_large(device, batch, n, k)
+    # tile_reason checked them: the assert narrows the types
+    assert common.is_pow2(bn) and common.is_pow2(bk) and common.is_pow2(warps)
+    return (
+        common.spill_reason(bn, bk, warps, MAX_PER_THREAD)
+        or common.unroll_reason(k, bk, MAX_UNROLLED_TILES)
+        or common.interpreter_too_large(device, spec.batch or 0, spec.n_total or 0, k)
+    )
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
@@ -88,19 +78,15 @@ def q8_gemv_launcher(
     dims = shapes(spec)
     batch, _, n = dims["out"]
     k = spec.k or 0
-    where = target(device)
-    bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
+    where = common.target(device)
+    bn, bk, warps = common.tile_params(params)
     has_c0, has_bias = spec.reads_c0, spec.has_bias
     launch = kernel[(-(-n // bn), batch)]
     constants: dict[str, Any] = {
         "HAS_C0": has_c0,
         "HAS_BIAS": has_bias,
-        "BLOCK_N": bn,
-        "BLOCK_K": bk,
+        **common.unrolled_tile_constants(n, k, bn, bk),
         "NB": bk // Q8_0_BLOCK,
-        "K_TILES": -(-k // bk),
-        "EVEN_K": k % bk == 0,
-        "EVEN_N": n % bn == 0,
         **(extra or {}),
         "num_warps": warps,
     }
@@ -115,12 +101,12 @@ def q8_gemv_launcher(
         if q.stride(2) != 1 or d.stride(2) != 1:
             raise ValueError(f"{name}: quants and scales must be contiguous along K")
         launch(
-            x, q, d, c0, bias, out,
+            x, q, d, (c0, bias, out),
             n, k,
             x.stride(0), x.stride(2),
             q.stride(0), q.stride(1),
             d.stride(0), d.stride(1),
-            *common.epilogue_args(inputs, c0, bias, out),
+            common.epilogue_args(inputs, c0, bias, out),
             **constants,
         )  # fmt: skip
 

@@ -27,10 +27,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
-from matprobe.kernels.triton._common import (
-    interpreter_too_large,
-    is_pow2,
-)
 from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import MatmulSpec
 
@@ -63,10 +59,8 @@ def programs(n_blocks: int, sm_count: int, per_sm: int) -> int:
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
-    if spec.m != 1:
-        return "needs m=1 (GEMV)"
-    if not spec.tB:
-        return "needs tB=1: W stored [n, k]"
+    if (reason := common.gemv_layout_reason(spec, tb=True)) is not None:
+        return reason
     if spec.batch != 1:
         # pdl=1 would prefetch a batched B — a KV cache the previous kernel may
         # have written — and the persistent grid is laid out for one matrix.
@@ -75,11 +69,11 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     if k > MAX_K:
         return f"needs k <= {MAX_K}: the whole K row is one register tile (k={k})"
     bn, per_sm, warps = params.get("bn"), params.get("p"), params.get("w")
-    if not is_pow2(bn):
+    if not common.is_pow2(bn):
         return f"bn={bn!r}: BLOCK_N must be a power of two"
     if not isinstance(per_sm, int) or isinstance(per_sm, bool) or not 1 <= per_sm <= 32:
         return f"p={per_sm!r}: programs per SM, 1 to 32"
-    if not is_pow2(warps) or warps > 32:
+    if not common.is_pow2(warps) or warps > 32:
         return f"w={warps!r}: num_warps must be a power of two <= 32"
     reason = common.flag_reason(params, "pdl") or common.flag_reason(params, "pf")
     if reason is not None:
@@ -95,7 +89,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         )
     if params.get("pdl"):
         reason = common.pdl_device_reason(device)
-    return reason or interpreter_too_large(device, 1, n, k)
+    return reason or common.interpreter_too_large(device, 1, n, k)
 
 
 @common.triton_family(
@@ -138,14 +132,12 @@ def GEMV_STREAM(  # noqa: N802 - the family is a module constant
     def run(inputs: MatmulInputs, out: Any) -> None:
         x, w, c0, bias = row.operands(inputs, out)
         launch(
-            x, w, c0, bias, out,
+            x, w, (c0, bias, out),
             n, k, n_blocks,
             x.stride(2),
             w.stride(1), w.stride(2),
-            c0.stride(-1),
-            bias.stride(-1),
-            out.stride(2),
-            float(inputs.alpha), float(inputs.beta),
+            (c0.stride(-1), bias.stride(-1), out.stride(2),
+             float(inputs.alpha), float(inputs.beta)),
             **constants,
         )  # fmt: skip
 

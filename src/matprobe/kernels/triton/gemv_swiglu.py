@@ -18,11 +18,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
-from matprobe.kernels.triton._common import (
-    interpreter_too_large,
-    is_pow2,
-    target,
-)
 from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
@@ -47,24 +42,25 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
     # is called with this predicate only, so it re-states them.
     if (problem := spec.swiglu_problem()) is not None:
         return problem
-    if spec.m != 1:
-        return "needs m=1 (GEMV)"
+    if (reason := common.gemv_layout_reason(spec)) is not None:
+        return reason
     k = spec.k or 0
-    if spec.dtype == "q8_0" and k % Q8_0_BLOCK:
-        return f"Q8_0 needs k a multiple of {Q8_0_BLOCK}, got k={k}"
+    if spec.dtype == "q8_0" and (reason := common.q8_k_reason(k)) is not None:
+        return reason
     bn, bk, warps = params.get("bn"), params.get("bk"), params.get("w")
     if (reason := common.tile_reason(bn, bk, warps, min_bk=Q8_0_BLOCK)) is not None:
         return reason
-    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
+    # tile_reason checked them: the assert narrows the types
+    assert common.is_pow2(bn) and common.is_pow2(bk) and common.is_pow2(warps)
     if 2 * bn * bk > MAX_PER_THREAD * 32 * warps:
         return (
             f"two tiles {bn}×{bk} (gate and up) over w={warps} warps are "
             f"{2 * bn * bk // (32 * warps)} elements per thread, > {MAX_PER_THREAD}: "
             "registers would spill (raise w or lower bn)"
         )
-    if -(-k // bk) > MAX_UNROLLED_TILES:
-        return f"k={k} needs more than {MAX_UNROLLED_TILES} tiles of bk={bk}: raise bk"
-    return interpreter_too_large(device, spec.batch or 0, spec.n_total or 0, k)
+    return common.unroll_reason(k, bk, MAX_UNROLLED_TILES) or common.interpreter_too_large(
+        device, spec.batch or 0, spec.n_total or 0, k
+    )
 
 
 @common.triton_family(
@@ -95,15 +91,11 @@ def GEMV_SWIGLU(  # noqa: N802 - the family is a module constant
     batch, _, n0 = dims["out"]
     n, k = dims["b"][1], dims["b"][2]  # n = n0 + n1 rows, stacked
     dtype = torch_dtype(activation_dtype(spec))
-    where = target(device)
-    bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
+    where = common.target(device)
+    bn, bk, warps = common.tile_params(params)
     launch = kernel[(-(-n0 // bn), batch)]
     constants: dict[str, Any] = {
-        "BLOCK_N": bn,
-        "BLOCK_K": bk,
-        "K_TILES": -(-k // bk),
-        "EVEN_K": k % bk == 0,
-        "EVEN_N": n0 % bn == 0,
+        **common.unrolled_tile_constants(n0, k, bn, bk),
         "num_warps": warps,
     }
     if quantized:

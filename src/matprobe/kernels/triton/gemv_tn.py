@@ -29,14 +29,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
-from matprobe.kernels.triton._common import (
-    DEFAULT_SM_COUNT,
-    MAX_GRID_YZ,
-    MAX_TILE_ELEMENTS,
-    interpreter_too_large,
-    is_pow2,
-    plan_k_split,
-)
 from matprobe.measure.variants import KernelFn, VariantFamily
 from matprobe.spec import MatmulSpec
 
@@ -67,48 +59,46 @@ def plan_split(
     empty; ``split=0`` aims at ``AUTO_PROGRAMS_PER_SM`` programs per SM from
     ``n_blocks · batch`` column blocks (1 split when they alone come nearest).
     """
-    cut = plan_k_split(
+    cut = common.plan_k_split(
         k,
         bk,
         split,
         programs_per_slice=n_blocks * batch,
-        sm_count=sm_count or DEFAULT_SM_COUNT,
+        sm_count=sm_count or common.DEFAULT_SM_COUNT,
         programs_per_sm=AUTO_PROGRAMS_PER_SM,
     )
     return cut.slices, cut.tiles * bk
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
-    if spec.m != 1:
-        return "needs m=1 (GEMV)"
-    if spec.tB:
-        return "needs tB=0: W stored [k, n]"
+    if (reason := common.gemv_layout_reason(spec, tb=False)) is not None:
+        return reason
     bn, bk, split, warps = params.get("bn"), params.get("bk"), params.get("split"), params.get("w")
     fin = params.get("fin", "last")
-    if not is_pow2(bn) or bn < 8:
+    if not common.is_pow2(bn) or bn < 8:
         return f"bn={bn!r}: BLOCK_N must be a power of two >= 8"
-    if not is_pow2(bk) or bk < 8:
+    if not common.is_pow2(bk) or bk < 8:
         return f"bk={bk!r}: BLOCK_K must be a power of two >= 8"
-    if not is_pow2(warps) or warps > 32:
+    if not common.is_pow2(warps) or warps > 32:
         return f"w={warps!r}: num_warps must be a power of two <= 32"
     if not isinstance(split, int) or isinstance(split, bool) or split < 0:
         return f"split={split!r}: must be 1 (no split), S > 1 (S splits) or 0 (auto)"
     if fin not in FINISHERS:
         return f"fin={fin!r}: must be one of {', '.join(FINISHERS)}"
-    if bn * bk > MAX_TILE_ELEMENTS:
-        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {MAX_TILE_ELEMENTS}"
+    if bn * bk > common.MAX_TILE_ELEMENTS:
+        return f"tile bn·bk = {bn * bk} exceeds Triton's block limit of {common.MAX_TILE_ELEMENTS}"
     if bn * bk > MAX_ACC_PER_THREAD * 32 * warps:
         return (
             f"tile bn·bk = {bn * bk} needs more than {MAX_ACC_PER_THREAD} fp32 accumulators "
             f"per thread with w={warps} (register spills)"
         )
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
-    if batch > MAX_GRID_YZ:
-        return f"batch={batch} exceeds the grid's z limit of {MAX_GRID_YZ}"
+    if batch > common.MAX_GRID_YZ:
+        return f"batch={batch} exceeds the grid's z limit of {common.MAX_GRID_YZ}"
     splits, _ = plan_split(split, -(-n // bn), batch, k, bk, device.sm_count)
-    if splits > MAX_GRID_YZ:
-        return f"{splits} splits exceed the grid's y limit of {MAX_GRID_YZ}: raise bk"
-    return interpreter_too_large(device, batch, n, k)
+    if splits > common.MAX_GRID_YZ:
+        return f"{splits} splits exceed the grid's y limit of {common.MAX_GRID_YZ}: raise bk"
+    return common.interpreter_too_large(device, batch, n, k)
 
 
 class GemvTNKernel:
@@ -128,7 +118,7 @@ class GemvTNKernel:
         )
 
         self.row = row = common.row_gemv(NAME, gemv_tn_kernel, spec, device)
-        bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
+        bn, bk, warps = common.tile_params(params)
         fin = params.get("fin", "last")
         n_blocks = -(-row.n // bn)
         self.splits, self.k_chunk = plan_split(
@@ -159,17 +149,17 @@ class GemvTNKernel:
         counters = ws if self.counters is None else self.counters
         epilogue = common.epilogue_args(inputs, c0, bias, out)
         self._launch(
-            x, w, c0, bias, out, ws, counters,
+            x, w, (c0, bias, out), ws, counters,
             n, k, self.k_chunk,
             *common.row_strides(x, w),
-            *epilogue,
+            epilogue,
             **self._constants,
         )  # fmt: skip
         if self.mode == 2:
             self._finalize(
-                ws, c0, bias, out,
+                ws, (c0, bias, out),
                 n,
-                *epilogue,
+                epilogue,
                 **self.row.epilogue_constants, BLOCK_N=FINALIZE_BLOCK_N,
                 num_warps=4,
             )  # fmt: skip

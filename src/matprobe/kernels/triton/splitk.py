@@ -47,14 +47,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
-from matprobe.kernels.triton._common import (
-    DEFAULT_SM_COUNT,
-    MAX_GRID_YZ,
-    interpreter_too_large,
-    is_pow2,
-    plan_k_split,
-    pow2_up_to,
-)
 from matprobe.measure.variants import VariantFamily
 from matprobe.spec import MatmulSpec
 
@@ -105,14 +97,14 @@ def plan_split(
     to 2√2 programs per SM (the shared planner, ``plan_k_split``).
     """
     row_blocks = -(-n // bn)
-    cut = plan_k_split(
+    cut = common.plan_k_split(
         k,
         bk,
         split,
         programs_per_slice=row_blocks * batch,
-        sm_count=sm_count or DEFAULT_SM_COUNT,
+        sm_count=sm_count or common.DEFAULT_SM_COUNT,
         programs_per_sm=PROGRAMS_PER_SM,
-        candidates=pow2_up_to(MAX_TILES_PER_SLICE),
+        candidates=common.pow2_up_to(MAX_TILES_PER_SLICE),
     )
     return SplitPlan(row_blocks, cut.k_tiles, cut.tiles, cut.slices)
 
@@ -136,10 +128,8 @@ def k_mode(k: int, slice_width: int) -> int:
 
 
 def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -> str | None:
-    if spec.m != 1:
-        return "needs m=1 (GEMV)"
-    if not spec.tB:
-        return "needs tB=1: W stored [n, k]"
+    if (reason := common.gemv_layout_reason(spec, tb=True)) is not None:
+        return reason
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
     if k < MIN_K:
         return f"split-K is for large K (k >= {MIN_K})"
@@ -151,18 +141,19 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         return f"split={split!r}: number of K slices must be an integer >= 0 (0 = automatic)"
     if (reason := common.tile_reason(bn, bk, warps)) is not None:
         return reason
-    assert is_pow2(bn) and is_pow2(bk) and is_pow2(warps)  # tile_reason checked: narrows the types
-    if batch > MAX_GRID_YZ:
-        return f"batch={batch} exceeds the grid's limit of {MAX_GRID_YZ}"
+    # tile_reason checked them: the assert narrows the types
+    assert common.is_pow2(bn) and common.is_pow2(bk) and common.is_pow2(warps)
+    if batch > common.MAX_GRID_YZ:
+        return f"batch={batch} exceeds the grid's limit of {common.MAX_GRID_YZ}"
     plan = plan_split(n, k, batch, bn, bk, split, device.sm_count)
     if plan.tiles > MAX_TILES_PER_SLICE:
         return (
             f"a slice of {plan.tiles} tiles exceeds the {MAX_TILES_PER_SLICE} unrolled tiles "
             "per program: raise split or bk"
         )
-    if plan.slices > MAX_GRID_YZ:
-        return f"{plan.slices} slices exceed the grid's limit of {MAX_GRID_YZ}: raise bk"
-    return interpreter_too_large(device, batch, n, k)
+    if plan.slices > common.MAX_GRID_YZ:
+        return f"{plan.slices} slices exceed the grid's limit of {common.MAX_GRID_YZ}: raise bk"
+    return common.interpreter_too_large(device, batch, n, k)
 
 
 class SplitKGemv:
@@ -179,7 +170,7 @@ class SplitKGemv:
         self.row = row = common.row_gemv(NAME, splitk_partial_kernel, spec, device)
         batch, n, k = row.batch, row.n, row.k
         self.mode = str(params["mode"])
-        bn, bk, warps = int(params["bn"]), int(params["bk"]), int(params["w"])
+        bn, bk, warps = common.tile_params(params)
         self.plan = plan_split(n, k, batch, bn, bk, int(params["split"]), device.sm_count)
         plan = self.plan
 
@@ -230,20 +221,20 @@ class SplitKGemv:
         epilogue = common.epilogue_args(inputs, c0, bias, out)
         try:
             self._partial(
-                x, w, ws, counters, c0, bias, out,
+                x, w, ws, counters, (c0, bias, out),
                 *self._partial_args,
                 *common.row_strides(x, w),
                 *self._ws_strides,
                 counters.stride(0),
-                *epilogue,
+                epilogue,
                 **self._partial_constants,
             )  # fmt: skip
             if self._finalize is not None:
                 self._finalize(
-                    ws, c0, bias, out,
+                    ws, (c0, bias, out),
                     self.row.n, self._finalize_slices,
                     *self._ws_strides,
-                    *epilogue,
+                    epilogue,
                     **self._finalize_constants,
                 )  # fmt: skip
         except BaseException:
