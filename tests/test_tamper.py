@@ -46,7 +46,7 @@ CHEATS = {
         from matprobe.measure import validate
         def _lenient(*args, **kwargs):
             return None
-        validate.first_failure.__code__ = _lenient.__code__
+        validate.describe_first.__code__ = _lenient.__code__
         """,
     "adds a method to the judge's classes at import": """
         import torch as _torch
@@ -113,11 +113,11 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setattr(sys, "path", list(sys.path))
     for owner, name in ((torch, "matmul"), (torch, "addmm"), (validate, "describe_first")):
         monkeypatch.setattr(owner, name, getattr(owner, name))
-    code = validate.first_failure.__code__
+    code = validate.describe_first.__code__
     judging_classes = {cls: set(vars(cls)) for cls in (validate.Comparison, validate.Verdicts)}
     before = set(sys.modules)
     yield tmp_path
-    validate.first_failure.__code__ = code
+    validate.describe_first.__code__ = code
     for cls, names in judging_classes.items():  # a method a cheater added
         for added in set(vars(cls)) - names:
             delattr(cls, added)

@@ -26,7 +26,7 @@ from matprobe.measure.inputs import MatmulInputs, make_input_sets, shapes, torch
 from matprobe.measure.outputs import GuardedOutputs
 from matprobe.measure.references import Operands64, declared_x
 from matprobe.measure.seeds import fresh_seed
-from matprobe.measure.validate import first_failure, spec_tolerance
+from matprobe.measure.validate import Verdicts, spec_tolerance
 from matprobe.spec import MatmulSpec
 
 #: Dependent calls in a chain, and replays of it (each replay filled afresh).
@@ -156,5 +156,5 @@ def _judge_calls(
     assert spec.k is not None
     tolerances = spec_tolerance(spec)
     outputs = torch.stack(list(outs))
-    failed = first_failure(outputs, answers, scales, spec.k, *tolerances, rounded=rounded)
+    failed = Verdicts(outputs, answers, scales, spec.k, *tolerances, rounded=rounded).describe()
     return None if failed is None else (f"call {failed[0] + 1}", failed[1])

@@ -280,21 +280,6 @@ def compare_many(
     return [_comparison(row, shape) for row in figures.tolist()]
 
 
-def first_failure(
-    outs: Any,
-    refs: Any,
-    scales: Any,
-    k: int,
-    tol_norm: float,
-    tol_rel: float,
-    *,
-    rounded: Any | None = None,
-) -> tuple[int, str] | None:
-    """(index, what is wrong) of the first of many calls (as :func:`compare_many`
-    takes them) that fails the bounds, else None."""
-    return Verdicts(outs, refs, scales, k, tol_norm, tol_rel, rounded=rounded).describe()
-
-
 class Verdicts:
     """The verdicts on many calls (as :func:`compare_many` takes them), computed where
     the reference lives and left there; :meth:`describe` reads them
