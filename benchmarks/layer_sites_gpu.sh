@@ -29,5 +29,6 @@ for item in ${RUNS:-qwen2.5-0.5b:f16 qwen2.5-0.5b:q8_0 llama-3.2-1b:bf16}; do
     > "$OUT/$name.json" 2>> "$OUT/$name.err"
   rm -rf "$caches" "$OUT/$name"
 done
+set +f
 PYTHONPATH=src python3 benchmarks/layer_sites_summary.py "$OUT"/*.json > "$OUT/summary.txt" 2>&1
 cat "$OUT/gpu.txt" "$OUT/wall.txt" "$OUT/summary.txt"

@@ -33,7 +33,8 @@ def test_family_flags() -> None:
     assert fam.name == "torch.compile"
     assert fam.peer and not fam.baseline and not fam.interpreted_on_cpu
     assert fam.devices == {"cuda"}
-    assert fam.ops == {"matmul", "matmul_bias_add", "matmul_alpha_beta"}
+    assert fam.ops == {"matmul", "matmul_bias_add", "matmul_alpha_beta", "matmul_swiglu"}
+    assert fam.prologues == {"rmsnorm"}
     assert fam.dtypes == {"f32", "f16", "bf16"}
     assert fam.requires == ("torch",)
     assert [v.id for v in fam.variants()] == ["torch.compile/default"]

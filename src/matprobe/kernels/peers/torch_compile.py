@@ -63,13 +63,16 @@ def make_fn(
     tb: bool,
     two_d: bool,
     norm_eps: float | None = None,
+    swiglu_n0: int | None = None,
 ) -> Callable[[Any, Any, Any, Any, Any], Any]:
     """The eager function Inductor compiles: ``(a, b, c0, bias, gain) -> out`` with a and b
     in their *stored* layouts (the transposes are part of the graph, so Inductor sees
     the real strides). The product stays in the input dtype (cuBLAS/the templates
     accumulate in fp32); alpha, beta·C0 and the bias are applied in fp32 and the
     result is cast back once. ``norm_eps``: an RMSNorm of a first (``F.rms_norm``
-    with ``gain``, as a model writes it; Inductor fuses it into one kernel). A fresh
+    with ``gain``, as a model writes it; Inductor fuses it into one kernel).
+    ``swiglu_n0``: ``matmul_swiglu``, gate and up in one product (W stacked), then
+    ``silu(gate)·up`` in fp32, cast once (the epilogue Inductor fuses). A fresh
     code object per call: see the module doc."""
     import torch
     import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
@@ -81,6 +84,9 @@ def make_fn(
         b_kn = b.transpose(-1, -2) if tb else b
         # batch 1: a 2-D mm, as a model's linear layer is (Inductor's mm templates).
         prod = (a_mk[0] @ b_kn[0]).unsqueeze(0) if two_d else torch.bmm(a_mk, b_kn)
+        if swiglu_n0 is not None:
+            gate, up = prod[..., :swiglu_n0].float(), prod[..., swiglu_n0:].float()
+            return (F.silu(gate) * up).to(prod.dtype)
         y = prod.float()
         if alpha != 1.0:
             y = y * alpha
@@ -99,7 +105,7 @@ def make_fn(
 
 @variant_family(
     name=NAME,
-    ops=("matmul", "matmul_bias_add", "matmul_alpha_beta"),
+    ops=("matmul", "matmul_bias_add", "matmul_alpha_beta", "matmul_swiglu"),
     devices=("cuda",),
     supports=_supports,
     dtypes=("f32", "f16", "bf16"),
@@ -110,7 +116,7 @@ def make_fn(
 def TORCH_COMPILE(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 ) -> KernelFn:
-    """Inductor (torch.compile, max-autotune-no-cudagraphs) on α·(A@B) + β·C0 + bias."""
+    """Inductor (max-autotune-no-cudagraphs) on α·(A@B) + β·C0 + bias, SwiGLU, RMSNorm."""
     import torch
 
     has_c0, has_bias = spec.reads_c0, spec.has_bias
@@ -123,6 +129,7 @@ def TORCH_COMPILE(  # noqa: N802 - the family is a module constant
         tb=bool(spec.tB),
         two_d=spec.batch == 1,
         norm_eps=spec.rmsnorm,
+        swiglu_n0=spec.n0 if spec.is_swiglu else None,
     )
     compiled = torch.compile(fn, mode=MODE, dynamic=False)
 
