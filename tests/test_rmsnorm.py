@@ -14,6 +14,7 @@ calls are judged on it; ``shapes --model … --layer`` names the layer's fused s
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import replace
 from typing import Any
@@ -24,6 +25,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import fake_variants  # noqa: E402
+from matprobe.cli import main  # noqa: E402
 from matprobe.errors import MatprobeError, SpecError  # noqa: E402
 from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
@@ -237,3 +239,37 @@ def test_the_layer_names_its_fused_sites(model: str, eps: float, dtype: str) -> 
 def test_the_layer_needs_fused_qkv_and_gate_up() -> None:
     with pytest.raises(MatprobeError, match="fused"):
         decode_specs(get_model("qwen2.5-0.5b"), fuse_qkv=False, layer=True)
+
+
+def test_shapes_lists_the_layer_and_refuses_it_without_a_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = io.StringIO()
+    assert main(["shapes", "--model", "llama-3.2-1b", "--layer"], out) == 0
+    text = out.getvalue()
+    for role in ("norm+qkv", "o_proj+res", "norm+swiglu", "down+res", "norm+lm_head"):
+        assert f"\n{role} " in text, role
+    assert "rmsnorm=1e-05" in text and "rmsnorm=1e-06" not in text
+    assert main(["shapes", "--layer"], io.StringIO()) == 2
+    assert "--layer lists a model's decode layer: give --model NAME" in capsys.readouterr().err
+    assert main(["run", "--layer", "--dry-run"], io.StringIO()) == 2
+
+
+def test_an_engine_hands_a_normed_site_its_gain() -> None:
+    """``dispatch.kernels.run_linear``, what an engine calls with a table's kernel: a
+    normed spec takes the residual stream and the norm's gain, and refuses to run
+    without it (a plain matmul of the un-normalised x would be a wrong answer)."""
+    from matprobe.dispatch.kernels import run_linear
+    from matprobe.dispatch.table import DispatchError
+
+    spec = normed(k=64, n=8)
+    kernel = Variant(torch_matmul).build(spec, CPU)
+    x, w = torch.randn(1, 64).half(), torch.randn(8, 64).half()
+    gain = torch.rand(64).half() + 0.5
+    y = run_linear(kernel, spec, x, w, None, gain)
+    x_hat = F.rms_norm(x.float(), (64,), gain.float(), 1e-6)
+    assert torch.allclose(y.float(), x_hat @ w.float().T, rtol=2e-2, atol=2e-2)
+    with pytest.raises(DispatchError, match="gain"):
+        run_linear(kernel, spec, x, w, None)
+    with pytest.raises(DispatchError, match="gain"):
+        run_linear(kernel, replace(spec, rmsnorm=None), x, w, None, gain)
