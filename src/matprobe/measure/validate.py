@@ -130,6 +130,11 @@ ACTIVATION_QUANTS: dict[str, str] = {
     "int8_block32": "x quantized to int8 per 32-element block (d = max|x|/127 in fp32, "
     "half away from zero), as llama.cpp's mmvq",
 }
+#: Prologues a family may declare (``VariantFamily.prologues``): the reference
+#: applies that work to x before the op (``references.Operands64.normalised``)
+PROLOGUES: dict[str, str] = {
+    "rmsnorm": "x̂ = x / √(mean(x²) + ε) ⊙ gain along K, for specs with rmsnorm=ε",
+}
 REL_FLOOR_OF_RMS = 1e-2
 DEFAULT_TRIALS = 3
 #: Outputs the validation trials judge at least, over as many trials as that takes.

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from matprobe.errors import MatprobeError
 from matprobe.measure.fingerprint import module_fingerprint
-from matprobe.measure.validate import ACTIVATION_QUANTS
+from matprobe.measure.validate import ACTIVATION_QUANTS, PROLOGUES
 from matprobe.spec import Q8_0_BLOCK, MatmulSpec
 
 if TYPE_CHECKING:
@@ -131,9 +131,8 @@ class VariantFamily:
     #: llama.cpp's int8 x per 32-block); its kernels are judged against a reference
     #: that applies exactly that rounding to x, within the plain bound
     activation_quant: str | None = None
-    #: work the kernels do on x before the matmul, by name: ``"rmsnorm"``, the
-    #: RMSNorm of specs with ``rmsnorm=ε`` (:data:`PROLOGUES`). A spec asking for a
-    #: prologue the family lacks is unsupported, never run as a plain matmul.
+    #: work the kernels do on x before the matmul (``validate.PROLOGUES``): a spec
+    #: asking for one the family lacks is unsupported, never run as a plain matmul
     prologues: frozenset[str] = frozenset()
 
     @property
@@ -224,12 +223,6 @@ class Variant:
 
     def build(self, spec: MatmulSpec, device: DeviceInfo) -> KernelFn:
         return self.family.build(spec, self.param_dict, device)
-
-
-#: Prologues a family may declare (:attr:`VariantFamily.prologues`).
-PROLOGUES: dict[str, str] = {
-    "rmsnorm": "x̂ = x / √(mean(x²) + ε) ⊙ gain along K, for specs with rmsnorm=ε",
-}
 
 
 def _early_launch(
