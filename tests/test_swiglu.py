@@ -101,7 +101,7 @@ def test_other_families_do_not_take_the_op() -> None:
     from matprobe.kernels.catalogue import shipped_families
 
     takers = {f.name for f in shipped_families() if "matmul_swiglu" in f.ops}
-    assert takers == {"torch.matmul", "triton.gemv_swiglu", "triton.gemv_decode"}
+    assert takers == {"torch.matmul", "torch.compile", "triton.gemv_swiglu", "triton.gemv_decode"}
 
 
 # ---- reference and scale ---------------------------------------------------------------
