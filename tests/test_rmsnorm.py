@@ -273,3 +273,31 @@ def test_an_engine_hands_a_normed_site_its_gain() -> None:
         run_linear(kernel, spec, x, w, None)
     with pytest.raises(DispatchError, match="gain"):
         run_linear(kernel, replace(spec, rmsnorm=None), x, w, None, gain)
+
+
+# ---- the residual sites: an epilogue rounded after the product --------------------------
+
+
+def product_then_residual(inputs: MatmulInputs, out: Any) -> None:
+    """The eager form (and cuBLAS's ``baddbmm`` with β = 1 on an H100): x·W rounded to
+    the dtype, then C₀ added and rounded again."""
+    y = (inputs.a_mk().float() @ inputs.b_kn().float()).to(out.dtype)
+    torch.add(y, inputs.c0, out=out)
+
+
+def fp16_partial_sums(inputs: MatmulInputs, out: Any) -> None:
+    """K in 7 slices whose sums are kept in fp16 (split-K reduced in half precision)."""
+    a, b = inputs.a_mk().float(), inputs.b_kn().float()
+    k = a.shape[-1]
+    total = sum((a[..., i : i + 128] @ b[..., i : i + 128, :]).half() for i in range(0, k, 128))
+    torch.add(total, inputs.c0, out=out)
+
+
+def test_a_residual_added_after_the_rounded_product_passes_and_fp16_sums_do_not() -> None:
+    """o_proj+res (α = β = 1, C₀ the residual): where C₀ cancels x·W the honest form's
+    error is u·|x·W|, not u·|out| — it reached 3.5u of |out| within 100 calls until an
+    epilogue's floor held |α·A·B|. Keeping K's partial sums in fp16 still fails."""
+    spec = normed(rmsnorm=None, op="matmul_alpha_beta", n=896, k=896, alpha=1.0, beta=1.0)
+    assert validate_pair(spec, product_then_residual, CPU, 100).failure is None
+    failure = validate_pair(spec, fp16_partial_sums, CPU, 20).failure
+    assert failure is not None and "relative" in failure, failure
