@@ -475,6 +475,8 @@ def test_a_step_that_baked_in_its_rope_tables_fails_its_timed_replays(
     baked: dict[int, tuple[Any, Any]] = {}
 
     def baked_rope(self: DecodeStep, x: Any) -> Any:
+        if self.dtype == torch.float64:  # the judge's step: a kernel's cheat is not its
+            return rope(self, x)
         w = self.weights
         cos, sin = baked.setdefault(id(self), (w.cos.clone(), w.sin.clone()))
         live = (w.cos.clone(), w.sin.clone())

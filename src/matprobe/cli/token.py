@@ -43,6 +43,7 @@ FUSED_MODES = (
     "eager+decode",
     "fused",
     "compile+fused",
+    "layer",
 )
 #: … and beside a q8_0 token, its fp16 peer's cuBLAS modes.
 Q8_PEER_MODES = ("f16:eager", "f16:eager-none", "f16:compile", "f16:compile-none")
@@ -91,15 +92,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--fused",
         action="store_true",
         help="only the cuBLAS modes (eager, compile and their matmul-less twins; a q8_0 "
-        "token's fp16 peers) and the triton.gemv_decode ones: eager+decode, fused, "
-        "compile+fused",
+        "token's fp16 peers) and the Triton ones: eager+decode, fused, compile+fused, "
+        "layer",
     )
     p.add_argument(
         "--modes",
         metavar="A,B,…",
         help="modes to run, comma-separated (default: all on CUDA, the eager ones on the CPU): "
         "eager, eager-none, eager+table, compile, compile-none, compile-max-autotune, "
-        "compile-max-autotune-none, compile+table, eager+decode, fused, compile+fused; "
+        "compile-max-autotune-none, compile+table, eager+decode, fused, compile+fused, "
+        "layer; "
         "beside a q8_0 token also f16:eager, f16:compile, …",
     )
     p.add_argument(

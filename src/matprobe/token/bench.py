@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 from matprobe.token.linear import LinearFn, NoMatmul, torch_linear
 from matprobe.token.modes import BASELINE, PEER_DTYPE, Mode, ModeSelection
 from matprobe.token.result import ModeResult, TokenResult
-from matprobe.token.step import DecodeStep, FusedOps, site_specs
+from matprobe.token.step import AttentionFn, DecodeStep, FusedOps, site_specs
 from matprobe.token.timing import (
     WINDOW,
     TokenCall,
@@ -80,11 +80,14 @@ def step_call(step: DecodeStep, linear: LinearFn) -> TokenCall:
     return _own_code(token)
 
 
-def fused_step_call(step: DecodeStep, fused: FusedOps) -> TokenCall:
-    """``step.forward_fused(fused)``, with a code object of its own (as :func:`step_call`)."""
+def fused_step_call(
+    step: DecodeStep, fused: FusedOps, attention: AttentionFn | None = None
+) -> TokenCall:
+    """``step.forward_fused(fused, attention=attention)``, with a code object of its
+    own (as :func:`step_call`)."""
 
     def token() -> torch.Tensor:
-        return step.forward_fused(fused)
+        return step.forward_fused(fused, attention=attention)
 
     return _own_code(token)
 
@@ -202,10 +205,39 @@ class TokenBench:
         try:
             for x0, ref in zip(self.inputs, self.references, strict=True):
                 self.weights.x0.copy_(x0)
+                self._scramble_new_slot()
                 errors.append(logit_error(call(), ref))
         finally:
             self.weights.x0.copy_(self.inputs[0])
         return worst(errors)
+
+    def _scramble_new_slot(self) -> None:
+        """Fresh values in every layer's KV slot at ``context - 1`` before a validated
+        call: the step writes that slot before it reads it, so only a call that
+        never wrote it leaves them there (after a mode that did, the slot would
+        already hold the right key for the same input)."""
+        pos = self.context - 1
+        for cache in (*self.weights.k_cache, *self.weights.v_cache):
+            slot = cache[:, pos]
+            slot.copy_(torch.rand(slot.shape, device=slot.device) * 4 - 2)
+
+    def _cache_failure(self, tolerance: Tolerance) -> str | None:
+        """After :meth:`_validate`, why the KV cache's new slot is wrong (None: it is
+        right): each layer's key and value written at ``context - 1`` for the last
+        input, against the float64 step's on that input, within the logits'
+        bounds. An attention that attends the new key from registers but never
+        appends it — or appends it unroped — gets this token right and the next
+        one wrong; the logits alone cannot see that."""
+        self.reference(self.inputs[-1])  # the float64 step's caches: that input's
+        pos = self.context - 1
+        slots = zip(self.weights.k_cache, self.weights.v_cache,
+                    self._exact.k_cache, self._exact.v_cache, strict=True)  # fmt: skip
+        for layer, (k, v, k64, v64) in enumerate(slots):
+            for name, got, want in (("key", k, k64), ("value", v, v64)):
+                error = logit_error(got[:, pos].reshape(1, -1), want[:, pos].reshape(1, -1))
+                if (failure := tolerance.failure(error)) is not None:
+                    return f"layer {layer}'s new {name} in the KV cache: {failure}"
+        return None
 
     def decode_kernels(self, *, as_op: bool) -> DecodeKernels:
         """The ``triton.gemv_decode`` kernels over this step's weights (made once)."""
@@ -231,7 +263,10 @@ class TokenBench:
         if mode.peer is not None:
             return self.peer().build(mode.own)
         kernels = mode.kernels
-        if mode.fused:
+        if kernels == "layer":
+            own = self.decode_kernels(as_op=False)
+            call = fused_step_call(self.step, own, attention=own.attention())
+        elif mode.fused:
             as_op = kernels == "fused-op"
             fused = self.fused if self.fused and not as_op else self.decode_kernels(as_op=as_op)
             call = fused_step_call(self.step, fused)
@@ -258,7 +293,7 @@ class TokenBench:
             if mode.validated:
                 owner = self.peer() if mode.peer is not None else self
                 result.error = owner._validate(call)
-                failure = tolerance.failure(result.error)
+                failure = tolerance.failure(result.error) or owner._cache_failure(tolerance)
                 result.status, result.reason = ("FAIL", failure) if failure else ("PASS", "")
             else:
                 call()

@@ -24,7 +24,7 @@ from matprobe.errors import MatprobeError
 from matprobe.kernels.triton.decode import DecodeTile, decode_gemv
 from matprobe.spec import MatmulSpec
 from matprobe.token.linear import LinearFn
-from matprobe.token.step import RMS_EPS
+from matprobe.token.step import RMS_EPS, AttentionFn
 from matprobe.token.weights import Matrix, Q8Matrix, TokenWeights
 
 #: K in tiles of 1024 (one tile covers hidden = 896; down's 4864 is five), four
@@ -147,6 +147,28 @@ class DecodeKernels:
         self, site: str, layer: int, x: torch.Tensor, residual: torch.Tensor
     ) -> torch.Tensor:
         return self._gemv(site, x, self._layer_rows(site, layer), c0=residual)
+
+    # ---- the attention in one kernel (the ``layer`` mode) ------------------------------
+
+    def attention(self) -> AttentionFn:
+        """``triton.decode_attention`` over the step's caches at its position
+        (``context - 1``) and RoPE tables: :meth:`DecodeStep.forward_fused`'s
+        ``attention``. The tables are read at each call (a replayed graph sees
+        what :meth:`~matprobe.token.bench.TokenBench.place` wrote)."""
+        from matprobe.kernels.triton.decode_attention import decode_attention
+
+        w = self.weights
+        heads = self.specs["attn_qk"].batch or 1  # batch: the query heads
+        scale = float(self.specs["attn_qk"].alpha_value)
+
+        def attend(layer: int, qkv: torch.Tensor) -> torch.Tensor:
+            k_cache = w.k_cache[layer]
+            return decode_attention(
+                qkv, k_cache, w.v_cache[layer], w.cos, w.sin, heads=heads,
+                pos=k_cache.shape[1] - 1, scale=scale,
+            )  # fmt: skip
+
+        return attend
 
     # ---- the plain LinearFn ------------------------------------------------------------
 

@@ -19,8 +19,11 @@ from matprobe.errors import MatprobeError
 #: called eagerly, the same as custom ops (for torch.compile), left out, the
 #: ``triton.gemv_decode`` kernel one matmul at a time, or the fused step
 #: (:meth:`~matprobe.token.step.DecodeStep.forward_fused`: norms, SwiGLU and
-#: residual adds folded into that kernel), eagerly or as custom ops.
-KERNELS: tuple[str, ...] = ("torch", "table", "table-op", "none", "decode", "fused", "fused-op")
+#: residual adds folded into that kernel), eagerly or as custom ops, or the fused
+#: step with its attention in one kernel too (``layer``: five kernels a layer).
+KERNELS: tuple[str, ...] = (
+    "torch", "table", "table-op", "none", "decode", "fused", "fused-op", "layer",
+)  # fmt: skip
 
 #: torch.compile's modes as the token names them.
 COMPILE_DEFAULT = "default"
@@ -46,11 +49,11 @@ class Mode:
 
     @property
     def needs_triton(self) -> bool:
-        return self.kernels in ("decode", "fused", "fused-op")
+        return self.kernels in ("decode", "fused", "fused-op", "layer")
 
     @property
     def fused(self) -> bool:
-        return self.kernels in ("fused", "fused-op")
+        return self.kernels in ("fused", "fused-op", "layer")
 
     @property
     def peer(self) -> str | None:
@@ -131,6 +134,14 @@ MODES: dict[str, Mode] = {
             "compile-none",
             "torch.compile, the fused kernels as custom ops",
         ),
+        Mode(
+            "layer",
+            "layer",
+            None,
+            "eager-none",
+            "five Triton kernels a layer: norm+QKV, attention with RoPE and the KV "
+            "append, o_proj+residual, norm+gate/up+SwiGLU, down+residual",
+        ),
     )
 }
 
@@ -151,6 +162,7 @@ DEFAULT_Q8_CUDA_MODES: tuple[str, ...] = (
     "compile",
     "compile-none",
     "compile+fused",
+    "layer",
     "f16:eager",
     "f16:eager-none",
     "f16:compile",

@@ -92,6 +92,14 @@ class FusedOps(Protocol):
         ...
 
 
+class AttentionFn(Protocol):
+    """A layer's attention in one kernel (``DecodeKernels.attention``): RoPE, the KV
+    append and grouped attention from the QKV output ``[1, n_qkv]`` to ``[1,
+    q_width]``, for :meth:`DecodeStep.forward_fused`."""
+
+    def __call__(self, layer: int, qkv: torch.Tensor) -> torch.Tensor: ...
+
+
 def site_specs(config: ModelConfig, *, context: int, dtype: str) -> dict[str, MatmulSpec]:
     """The spec of every matmul site of the step, by role: exactly
     :func:`~matprobe.profile.models.decode_specs`'s (fused QKV and gate/up)."""
@@ -215,12 +223,16 @@ class DecodeStep:
         with mark(region_label(None, "lm_head")):
             return self._linear(linear, "lm_head", x, w.lm_head)
 
-    def forward_fused(self, fused: FusedOps, region: Region | None = None) -> torch.Tensor:
+    def forward_fused(
+        self, fused: FusedOps, region: Region | None = None, attention: AttentionFn | None = None
+    ) -> torch.Tensor:
         """The same step with each matmul's neighbours folded into its kernel, as a
         fused engine runs it: the RMSNorms into the QKV, gate/up and LM head
         matmuls (prologue), SiLU·mul into gate/up, the residual adds into o_proj
-        and down (epilogue). Regions: the five weight sites and the attention's
-        parts; the folded parts have none (they are inside the matmuls')."""
+        and down (epilogue); with ``attention``, RoPE, the KV append and the
+        attention as that one call (else as the step's torch ops). Regions: the
+        five weight sites and the attention's parts (``attention`` when one call);
+        the folded parts have none (they are inside the matmuls')."""
         c, w = self.config, self.weights
         mark = region or _no_region
         h = w.x0
@@ -228,7 +240,11 @@ class DecodeStep:
             part = _layer_part(mark, i)
             with part("qkv"):
                 qkv = fused.norm_linear("qkv", i, h, w.attn_norm[i], w.qkv_bias[i])
-            attn = self._attend(i, qkv, part)
+            if attention is None:
+                attn = self._attend(i, qkv, part)
+            else:
+                with part("attention"):
+                    attn = attention(i, qkv)
             with part("o_proj"):
                 h = fused.linear_residual("o_proj", i, attn, h)
             with part("gate_up"):
