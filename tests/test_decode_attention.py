@@ -186,3 +186,14 @@ def test_the_default_chunk_is_whole_tiles_and_few_chunks(context: int, kv_heads:
     chunk = default_chunk(context, kv_heads)
     assert chunk % BLOCK_L == 0 and chunk >= MIN_TILES * BLOCK_L
     assert -(-context // chunk) <= MAX_CHUNKS
+
+
+def test_launching_early_is_skipped_with_the_reason_off_a_hopper_gpu() -> None:
+    """``layer+pdl`` never reaches Triton's interpreter (which knows neither the
+    launch option nor the griddepcontrol instructions) nor a card without them."""
+    from matprobe.token.modes import NO_PDL, pdl_problem
+
+    assert pdl_problem("cpu") == NO_PDL
+    chosen = select_modes(["layer", "layer+pdl"], device_kind="cpu", have_table=False)
+    assert [m.name for m in chosen.modes] == ["eager", "layer"]
+    assert dict(chosen.skipped)["layer+pdl"] == NO_PDL

@@ -557,7 +557,7 @@ def test_mode_selection_puts_the_baseline_first_and_skips_table_modes_without_a_
     assert any("compile-none" in note for note in picked.notes)
     cpu = select_modes(None, device_kind="cpu", have_table=True)
     assert [m.name for m in cpu.modes] == ["eager", "eager-none", "eager+table"]
-    cuda = select_modes(None, device_kind="cuda", have_table=True)
+    cuda = select_modes(None, device_kind="cuda", have_table=True, pdl_problem=None)
     assert {m.name for m in cuda.modes} == set(MODES) and not cuda.notes
     for mode in MODES.values():  # every computing mode has a matmul-less twin run its way
         twin = MODES[mode.rest] if mode.rest else None

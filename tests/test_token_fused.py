@@ -147,7 +147,8 @@ def test_mode_selection_knows_peers_and_what_q8_cannot_run() -> None:
                       dtype="q8_0")  # fmt: skip
     assert [m.name for m in q8.modes] == ["eager", "fused"]
     assert "dense weights" in dict(q8.skipped)["eager+table"]
-    default = select_modes(None, device_kind="cuda", have_table=False, dtype="q8_0")
+    default = select_modes(None, device_kind="cuda", have_table=False, dtype="q8_0",
+                           pdl_problem=None)  # fmt: skip
     assert "f16:compile" in [m.name for m in default.modes] and not default.skipped
     no_triton = select_modes(
         ["fused"], device_kind="cuda", have_table=False, triton_problem="needs triton (…)"

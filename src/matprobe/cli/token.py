@@ -44,6 +44,7 @@ FUSED_MODES = (
     "fused",
     "compile+fused",
     "layer",
+    "layer+pdl",
 )
 #: … and beside a q8_0 token, its fp16 peer's cuBLAS modes.
 Q8_PEER_MODES = ("f16:eager", "f16:eager-none", "f16:compile", "f16:compile-none")
@@ -93,7 +94,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="only the cuBLAS modes (eager, compile and their matmul-less twins; a q8_0 "
         "token's fp16 peers) and the Triton ones: eager+decode, fused, compile+fused, "
-        "layer",
+        "layer, layer+pdl",
     )
     p.add_argument(
         "--modes",
@@ -101,7 +102,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="modes to run, comma-separated (default: all on CUDA, the eager ones on the CPU): "
         "eager, eager-none, eager+table, compile, compile-none, compile-max-autotune, "
         "compile-max-autotune-none, compile+table, eager+decode, fused, compile+fused, "
-        "layer; "
+        "layer, layer+pdl; "
         "beside a q8_0 token also f16:eager, f16:compile, …",
     )
     p.add_argument(
@@ -274,7 +275,13 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.profile.models import get_model
     from matprobe.token.bench import TokenBench
     from matprobe.token.floor import measure_read_ceiling
-    from matprobe.token.modes import MODES, parse_modes, select_modes, triton_problem
+    from matprobe.token.modes import (
+        MODES,
+        parse_modes,
+        pdl_problem,
+        select_modes,
+        triton_problem,
+    )
     from matprobe.token.predict import check_predictions
     from matprobe.token.report import render_text, to_json
     from matprobe.token.weights import small_config
@@ -306,6 +313,7 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
         have_table=bool(args.table),
         dtype=args.dtype,
         triton_problem=triton_problem(device),
+        pdl_problem=pdl_problem(device),
     )
 
     def progress(message: str) -> None:

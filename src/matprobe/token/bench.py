@@ -170,7 +170,7 @@ class TokenBench:
         }
         self.linears.update(linears or {})
         self.seed = seed
-        self._decode_kernels: dict[bool, DecodeKernels] = {}
+        self._decode_kernels: dict[tuple[bool, bool], DecodeKernels] = {}
         #: the eager fused mode's kernels when not triton.gemv_decode's (tests)
         self.fused = fused
         self._peer: TokenBench | None = None
@@ -239,13 +239,16 @@ class TokenBench:
                     return f"layer {layer}'s new {name} in the KV cache: {failure}"
         return None
 
-    def decode_kernels(self, *, as_op: bool) -> DecodeKernels:
-        """The ``triton.gemv_decode`` kernels over this step's weights (made once)."""
-        if as_op not in self._decode_kernels:
+    def decode_kernels(self, *, as_op: bool, pdl: bool = False) -> DecodeKernels:
+        """The ``triton.gemv_decode`` kernels over this step's weights (made once a
+        kind): as custom ops, or launched with programmatic dependent launch."""
+        if (as_op, pdl) not in self._decode_kernels:
             from matprobe.token.fused import DecodeKernels
 
-            self._decode_kernels[as_op] = DecodeKernels(self.weights, self.specs, as_op=as_op)
-        return self._decode_kernels[as_op]
+            self._decode_kernels[as_op, pdl] = DecodeKernels(
+                self.weights, self.specs, as_op=as_op, pdl=pdl
+            )
+        return self._decode_kernels[as_op, pdl]
 
     def peer(self) -> TokenBench:
         """The same model in :data:`~matprobe.token.modes.PEER_DTYPE` (the same
@@ -263,8 +266,8 @@ class TokenBench:
         if mode.peer is not None:
             return self.peer().build(mode.own)
         kernels = mode.kernels
-        if kernels == "layer":
-            own = self.decode_kernels(as_op=False)
+        if kernels in ("layer", "layer-pdl"):
+            own = self.decode_kernels(as_op=False, pdl=kernels == "layer-pdl")
             call = fused_step_call(self.step, own, attention=own.attention())
         elif mode.fused:
             as_op = kernels == "fused-op"

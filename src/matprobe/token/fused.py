@@ -65,10 +65,13 @@ class DecodeKernels:
         *,
         as_op: bool = False,
         tiles: Mapping[str, DecodeTile] | None = None,
+        pdl: bool = False,
     ) -> None:
         self.weights = weights
         self.specs = dict(specs)
         self.as_op = as_op
+        # every kernel launched with programmatic dependent launch (eager only)
+        self.pdl = pdl and not as_op
         stored: dict[str, list[Matrix]] = {
             "qkv": weights.qkv,
             "o_proj": weights.o_proj,
@@ -122,7 +125,7 @@ class DecodeKernels:
             return y
         return decode_gemv(
             x, q, tile=tile, scales=scales, gain=gain, eps=RMS_EPS, bias=bias, c0=c0,
-            swiglu=swiglu,
+            swiglu=swiglu, pdl=self.pdl,
         )  # fmt: skip
 
     def _layer_rows(self, site: str, layer: int | None) -> Matrix:
@@ -165,7 +168,7 @@ class DecodeKernels:
             k_cache = w.k_cache[layer]
             return decode_attention(
                 qkv, k_cache, w.v_cache[layer], w.cos, w.sin, heads=heads,
-                pos=k_cache.shape[1] - 1, scale=scale,
+                pos=k_cache.shape[1] - 1, scale=scale, pdl=self.pdl,
             )  # fmt: skip
 
         return attend

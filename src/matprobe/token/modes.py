@@ -20,9 +20,10 @@ from matprobe.errors import MatprobeError
 #: ``triton.gemv_decode`` kernel one matmul at a time, or the fused step
 #: (:meth:`~matprobe.token.step.DecodeStep.forward_fused`: norms, SwiGLU and
 #: residual adds folded into that kernel), eagerly or as custom ops, or the fused
-#: step with its attention in one kernel too (``layer``: five kernels a layer).
+#: step with its attention in one kernel too (``layer``: five kernels a layer),
+#: those launched with programmatic dependent launch (``layer-pdl``).
 KERNELS: tuple[str, ...] = (
-    "torch", "table", "table-op", "none", "decode", "fused", "fused-op", "layer",
+    "torch", "table", "table-op", "none", "decode", "fused", "fused-op", "layer", "layer-pdl",
 )  # fmt: skip
 
 #: torch.compile's modes as the token names them.
@@ -49,11 +50,15 @@ class Mode:
 
     @property
     def needs_triton(self) -> bool:
-        return self.kernels in ("decode", "fused", "fused-op", "layer")
+        return self.kernels in ("decode", "fused", "fused-op", "layer", "layer-pdl")
+
+    @property
+    def needs_pdl(self) -> bool:
+        return self.kernels == "layer-pdl"
 
     @property
     def fused(self) -> bool:
-        return self.kernels in ("fused", "fused-op", "layer")
+        return self.kernels in ("fused", "fused-op", "layer", "layer-pdl")
 
     @property
     def peer(self) -> str | None:
@@ -67,6 +72,9 @@ class Mode:
         """This mode as its own token names it (``f16:compile`` → ``compile``)."""
         return MODES[self.name.partition(PEER_SEP)[2]] if self.peer else self
 
+
+#: Why a ``layer+pdl`` token cannot run where the caller has not said it can.
+NO_PDL = "programmatic dependent launch needs a CUDA GPU of compute capability ≥ 9.0"
 
 BASELINE = "eager"
 #: ``f16:compile`` names the peer token's compile mode.
@@ -142,6 +150,14 @@ MODES: dict[str, Mode] = {
             "five Triton kernels a layer: norm+QKV, attention with RoPE and the KV "
             "append, o_proj+residual, norm+gate/up+SwiGLU, down+residual",
         ),
+        Mode(
+            "layer+pdl",
+            "layer-pdl",
+            None,
+            "eager-none",
+            "the layer mode's kernels, each launched early (programmatic dependent "
+            "launch): weights and the KV cache read before waiting on the kernel before",
+        ),
     )
 }
 
@@ -163,6 +179,7 @@ DEFAULT_Q8_CUDA_MODES: tuple[str, ...] = (
     "compile-none",
     "compile+fused",
     "layer",
+    "layer+pdl",
     "f16:eager",
     "f16:eager-none",
     "f16:compile",
@@ -214,12 +231,14 @@ def select_modes(
     have_table: bool,
     dtype: str = "f16",
     triton_problem: str | None = None,
+    pdl_problem: str | None = NO_PDL,
 ) -> ModeSelection:
     """The modes to run: ``names`` (default: the device's and dtype's), the baseline
     always first (every other mode is validated and compared against it), a peer
     baseline (``f16:eager``) first of the peers; those that cannot run here
     skipped with the reason (``triton_problem``: why Triton kernels cannot run here,
-    None when they can)."""
+    None when they can; ``pdl_problem`` the same for launching them early, which
+    takes a caller's word, :func:`pdl_problem`)."""
     if names is None:
         if device_kind != "cuda":
             names = DEFAULT_CPU_MODES
@@ -242,7 +261,8 @@ def select_modes(
         mode = mode_named(name)
         if mode is None:
             raise MatprobeError(f"unknown mode {name!r}")
-        why = _cannot_run(mode, dtype=dtype, have_table=have_table, triton_problem=triton_problem)
+        why = _cannot_run(mode, dtype=dtype, have_table=have_table, triton_problem=triton_problem,
+                          pdl_problem=pdl_problem)  # fmt: skip
         if why is not None:
             skipped.append((name, why))
             continue
@@ -272,8 +292,22 @@ def triton_problem(device_kind: str) -> str | None:
     return None
 
 
+def pdl_problem(device_kind: str) -> str | None:
+    """Why kernels cannot be launched early on ``device_kind`` here, or None."""
+    if device_kind != "cuda":
+        return NO_PDL
+    import torch
+
+    return None if torch.cuda.get_device_capability() >= (9, 0) else NO_PDL
+
+
 def _cannot_run(
-    mode: Mode, *, dtype: str, have_table: bool, triton_problem: str | None
+    mode: Mode,
+    *,
+    dtype: str,
+    have_table: bool,
+    triton_problem: str | None,
+    pdl_problem: str | None,
 ) -> str | None:
     if mode.peer is not None and dtype != "q8_0":
         return f"a peer runs beside a q8_0 token (this token is {dtype})"
@@ -283,6 +317,8 @@ def _cannot_run(
         return "needs a dispatch table (--table FILE)"
     if mode.needs_triton and triton_problem is not None:
         return triton_problem
+    if mode.needs_pdl and pdl_problem is not None:
+        return pdl_problem
     if mode.needs_triton and dtype == "f32":
         return "triton.gemv_decode takes f16, bf16 and Q8_0 weights"
     return None

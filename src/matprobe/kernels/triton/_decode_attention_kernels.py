@@ -29,6 +29,44 @@ def roped(ptr, d, rot, sign, cos, sin, mask):  # type: ignore[no-untyped-def]
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def load_kv(k_head, v_head, ls, end, pos, d, mask_d, stride_cl):  # type: ignore[no-untyped-def]
+    """A tile's keys and values from the cache, the new position's slot left out
+    (zeros: :func:`attend_tile` puts the new key and value there)."""
+    mask_l = ls < end
+    new = (ls == pos)[:, None]
+    offs = ls[:, None].to(tl.int64) * stride_cl + d[None, :]
+    mask_t = mask_l[:, None] & mask_d[None, :] & ~new
+    return tl.load(k_head + offs, mask=mask_t, other=0.0), tl.load(v_head + offs, mask=mask_t,
+                                                                    other=0.0)  # fmt: skip
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def attend_tile(  # type: ignore[no-untyped-def]
+    q, kt, vt, ls, end, pos, k_new, v_new, m, total, acc, scale,
+    EXACT: tl.constexpr,  # noqa: N803
+):  # fmt: skip
+    """The online softmax over one tile: (max, sum, weighted values) updated."""
+    dtype = k_new.dtype
+    new = (ls == pos)[:, None]
+    kt = tl.where(new, k_new[None, :], kt)
+    vt = tl.where(new, v_new[None, :].to(dtype), vt)
+    if EXACT:
+        scores = tl.dot(q, tl.trans(kt.to(tl.float32)), input_precision="ieee")
+    else:
+        scores = tl.dot(q, tl.trans(kt))
+    scores = tl.where((ls < end)[None, :], scores * scale, float("-inf"))  # [BLOCK_G, BLOCK_L]
+    m_next = tl.maximum(m, tl.max(scores, axis=1))
+    p = tl.exp(scores - m_next[:, None])
+    rescale = tl.exp(m - m_next)
+    total = total * rescale + tl.sum(p, axis=1)
+    if EXACT:
+        weighted = tl.dot(p, vt.to(tl.float32), input_precision="ieee")
+    else:  # p rounded to the dtype, as the eager step's softmax output is
+        weighted = tl.dot(p.to(dtype), vt)
+    return m_next, total, acc * rescale[:, None] + weighted
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
 def decode_attention_kernel(  # type: ignore[no-untyped-def]
     qkv_ptr,  # [q_width + 2·kv_width]: the QKV projection's output (bias included)
     k_ptr,  # [kv_heads, context, D] the K cache (the new key is written at pos)
@@ -56,12 +94,29 @@ def decode_attention_kernel(  # type: ignore[no-untyped-def]
     SPLIT: tl.constexpr,  # noqa: N803 - more than one chunk: merge through the workspace
     MERGE: tl.constexpr,  # noqa: N803 - chunks merged a step (their loads in flight at once)
     EXACT: tl.constexpr,  # noqa: N803 - fp32 products (Triton's interpreter), else tensor cores
+    PDL: tl.constexpr = False,  # noqa: N803 - launched with programmatic dependent launch
 ) -> None:
     kvh = tl.program_id(0)
     s = tl.program_id(1)
     dtype = out_ptr.dtype.element_ty
     d = tl.arange(0, BLOCK_D)
     mask_d = d < D
+    start = s * chunk
+    end = tl.minimum(start + chunk, context)
+    k_head = k_ptr + kvh.to(tl.int64) * stride_ch
+    v_head = v_ptr + kvh.to(tl.int64) * stride_ch
+    first = start + tl.arange(0, BLOCK_L)
+    if PDL:
+        # Programmatic dependent launch (Hopper+): the next kernel may launch once
+        # every program here has started. The first tile of the cache — whose
+        # earlier positions no kernel of this token writes, and whose new one this
+        # kernel leaves out — is read before waiting on the previous kernels; q,
+        # k, v (the QKV kernel's output) and every write only after.
+        tl.extra.cuda.gdc_launch_dependents()
+        kt_first, vt_first = load_kv(k_head, v_head, first, end, pos, d, mask_d, stride_cl)
+        tl.extra.cuda.gdc_wait()
+    else:
+        kt_first, vt_first = load_kv(k_head, v_head, first, end, pos, d, mask_d, stride_cl)
     half = D // 2
     rot = tl.where(d < half, d + half, d - half)
     sign = tl.where(d < half, -1.0, 1.0)
@@ -82,10 +137,6 @@ def decode_attention_kernel(  # type: ignore[no-untyped-def]
     k_new = roped(qkv_ptr + Q_WIDTH + kvh * D, d, rot, sign, cos, sin, mask_d).to(dtype)
     v_new = tl.load(qkv_ptr + Q_WIDTH + KV_WIDTH + kvh * D + d, mask=mask_d, other=0.0)
 
-    start = s * chunk
-    end = tl.minimum(start + chunk, context)
-    k_head = k_ptr + kvh.to(tl.int64) * stride_ch
-    v_head = v_ptr + kvh.to(tl.int64) * stride_ch
     if (start <= pos) & (pos < end):  # this chunk holds the new position: append
         tl.store(k_head + pos * stride_cl + d, k_new, mask=mask_d)
         tl.store(v_head + pos * stride_cl + d, v_new.to(dtype), mask=mask_d)
@@ -93,31 +144,13 @@ def decode_attention_kernel(  # type: ignore[no-untyped-def]
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     total = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-    for t in range(TILES):
-        ls = start + t * BLOCK_L + tl.arange(0, BLOCK_L)
-        mask_l = ls < end
-        new = (ls == pos)[:, None]
-        offs = ls[:, None].to(tl.int64) * stride_cl + d[None, :]
-        mask_t = mask_l[:, None] & mask_d[None, :]
-        kt = tl.load(k_head + offs, mask=mask_t & ~new, other=0.0)
-        kt = tl.where(new, k_new[None, :], kt)
-        vt = tl.load(v_head + offs, mask=mask_t & ~new, other=0.0)
-        vt = tl.where(new, v_new[None, :], vt)
-        if EXACT:
-            scores = tl.dot(q, tl.trans(kt.to(tl.float32)), input_precision="ieee")
-        else:
-            scores = tl.dot(q, tl.trans(kt))
-        scores = tl.where(mask_l[None, :], scores * scale, float("-inf"))  # [BLOCK_G, BLOCK_L]
-        m_next = tl.maximum(m, tl.max(scores, axis=1))
-        p = tl.exp(scores - m_next[:, None])
-        rescale = tl.exp(m - m_next)
-        total = total * rescale + tl.sum(p, axis=1)
-        if EXACT:
-            weighted = tl.dot(p, vt.to(tl.float32), input_precision="ieee")
-        else:  # p rounded to the dtype, as the eager step's softmax output is
-            weighted = tl.dot(p.to(dtype), vt.to(dtype))
-        acc = acc * rescale[:, None] + weighted
-        m = m_next
+    m, total, acc = attend_tile(q, kt_first, vt_first, first, end, pos, k_new, v_new, m, total,
+                                acc, scale, EXACT)  # fmt: skip
+    for t in range(1, TILES):
+        ls = first + t * BLOCK_L
+        kt, vt = load_kv(k_head, v_head, ls, end, pos, d, mask_d, stride_cl)
+        m, total, acc = attend_tile(q, kt, vt, ls, end, pos, k_new, v_new, m, total, acc, scale,
+                                    EXACT)  # fmt: skip
 
     out_ptrs = out_ptr + heads[:, None] * D + d[None, :]
     if SPLIT:

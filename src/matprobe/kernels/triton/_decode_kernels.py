@@ -34,21 +34,17 @@ from matprobe.kernels.triton._blocks import (
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
-def tile_products(  # type: ignore[no-untyped-def]
+def load_tile(  # type: ignore[no-untyped-def]
     w_rows,  # [BLOCK_N, 1] pointers to the rows' first weight (quants when Q8)
     d_rows,  # [BLOCK_N, 1] pointers to the rows' first scale (Q8 only)
     ks,  # [BLOCK_K] K indices of this tile
     blocks,  # [NB] Q8_0 block indices of this tile
-    x,  # [BLOCK_K] fp32 activations (already normalised and scaled when NORM)
     mask_n,
     k,
     Q8: tl.constexpr,  # noqa: N803
     EVEN: tl.constexpr,  # noqa: N803 - no row or K masks needed
-    BLOCK_N: tl.constexpr,  # noqa: N803
-    NB: tl.constexpr,  # noqa: N803
 ):
-    """This tile's fp32 contribution: [BLOCK_N, NB] block sums already scaled (Q8),
-    or [BLOCK_N, BLOCK_K] products (dense W), to be reduced after the last tile."""
+    """This tile's weights as stored: (W, W) dense, (quants, block scales) Q8_0."""
     if Q8:
         if EVEN:
             q = tl.load(w_rows + ks[None, :])
@@ -58,15 +54,32 @@ def tile_products(  # type: ignore[no-untyped-def]
             # k is whole Q8_0 blocks: a block is all inside k or all past it.
             mask_d = mask_n[:, None] & (blocks * 32 < k)[None, :]
             d = tl.load(d_rows + blocks[None, :], mask=mask_d, other=0.0)
+    else:
+        if EVEN:
+            q = tl.load(w_rows + ks[None, :])
+        else:
+            q = tl.load(w_rows + ks[None, :], mask=mask_n[:, None] & (ks < k)[None, :],
+                        other=0.0)  # fmt: skip
+        d = q
+    return q, d
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def tile_products(  # type: ignore[no-untyped-def]
+    q,  # the tile's weights as :func:`load_tile` gives them
+    d,
+    x,  # [BLOCK_K] fp32 activations (already normalised and scaled when NORM)
+    Q8: tl.constexpr,  # noqa: N803
+    BLOCK_N: tl.constexpr,  # noqa: N803
+    NB: tl.constexpr,  # noqa: N803
+):
+    """This tile's fp32 contribution: [BLOCK_N, NB] block sums already scaled (Q8),
+    or [BLOCK_N, BLOCK_K] products (dense W), to be reduced after the last tile."""
+    if Q8:
         sums = tl.sum(tl.reshape(q.to(tl.float32) * x[None, :], [BLOCK_N, NB, 32]), axis=2)
         products = sums * d.to(tl.float32)
     else:  # (an else, not an early return: compiled Triton would type both returns)
-        if EVEN:
-            w = tl.load(w_rows + ks[None, :])
-        else:
-            w = tl.load(w_rows + ks[None, :], mask=mask_n[:, None] & (ks < k)[None, :],
-                        other=0.0)  # fmt: skip
-        products = w.to(tl.float32) * x[None, :]
+        products = q.to(tl.float32) * x[None, :]
     return products
 
 
@@ -98,6 +111,7 @@ def decode_gemv_kernel(  # type: ignore[no-untyped-def]
     EVEN_K: tl.constexpr,  # noqa: N803 - k % BLOCK_K == 0: no K masks
     EVEN: tl.constexpr,  # noqa: N803 - EVEN_K and n % BLOCK_N == 0: no masks at all
     NB: tl.constexpr,  # noqa: N803 - BLOCK_K // 32 (Q8_0 blocks in a tile), else 1
+    PDL: tl.constexpr = False,  # noqa: N803 - launched with programmatic dependent launch
 ) -> None:
     pid_b, row0, rows, offs_n, mask_n = row_block(n, BLOCK_N)  # a 1-D grid: pid_b = 0
     offs_k = tl.arange(0, BLOCK_K)
@@ -106,6 +120,16 @@ def decode_gemv_kernel(  # type: ignore[no-untyped-def]
     dg_rows = row_ptrs(d_ptr, pid_b, row0, rows, 0, stride_dn)
     u_rows = rows_below(g_rows, row0, up_row, stride_wn)
     du_rows = rows_below(dg_rows, row0, up_row, stride_dn)
+    if PDL:
+        # Programmatic dependent launch (Hopper+): the next kernel may launch once
+        # every program here has started. The first tile's weights — never written
+        # by any kernel — are read before waiting on the previous kernels; x, C0
+        # (the residual stream they write) and everything else only after.
+        tl.extra.cuda.gdc_launch_dependents()
+        g_first, dg_first = load_tile(g_rows, dg_rows, offs_k, blocks0, mask_n, k, Q8, EVEN)
+        if SWIGLU:
+            u_first, du_first = load_tile(u_rows, du_rows, offs_k, blocks0, mask_n, k, Q8, EVEN)
+        tl.extra.cuda.gdc_wait()
     # C0 and the bias load before the reduction: their latency overlaps it.
     c0_term, bias_term = epilogue_terms(
         c0_ptr + offs_n, mask_n, bias_ptr + offs_n, mask_n, beta, HAS_C0, HAS_BIAS
@@ -131,10 +155,24 @@ def decode_gemv_kernel(  # type: ignore[no-untyped-def]
                 x = x * tl.load(gain_ptr + ks).to(tl.float32)
             else:
                 x = x * tl.load(gain_ptr + ks, mask=ks < k, other=0.0).to(tl.float32)
-        acc_g += tile_products(g_rows, dg_rows, ks, blocks, x, mask_n, k, Q8, EVEN, BLOCK_N, NB)
+        # (constexpr ifs, so nested: with PDL the first tile was read before the wait)
+        if PDL:
+            if t == 0:
+                g_tile, dg_tile = g_first, dg_first
+            else:
+                g_tile, dg_tile = load_tile(g_rows, dg_rows, ks, blocks, mask_n, k, Q8, EVEN)
+        else:
+            g_tile, dg_tile = load_tile(g_rows, dg_rows, ks, blocks, mask_n, k, Q8, EVEN)
+        acc_g += tile_products(g_tile, dg_tile, x, Q8, BLOCK_N, NB)
         if SWIGLU:
-            acc_u += tile_products(u_rows, du_rows, ks, blocks, x, mask_n, k, Q8, EVEN, BLOCK_N,
-                                   NB)  # fmt: skip
+            if PDL:
+                if t == 0:
+                    u_tile, du_tile = u_first, du_first
+                else:
+                    u_tile, du_tile = load_tile(u_rows, du_rows, ks, blocks, mask_n, k, Q8, EVEN)
+            else:
+                u_tile, du_tile = load_tile(u_rows, du_rows, ks, blocks, mask_n, k, Q8, EVEN)
+            acc_u += tile_products(u_tile, du_tile, x, Q8, BLOCK_N, NB)
     rstd = 1.0
     if NORM:
         # the mean over the true k (masked lanes added zeros)

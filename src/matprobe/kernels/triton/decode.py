@@ -87,13 +87,16 @@ def decode_gemv(
     beta: float = 1.0,
     swiglu: bool = False,
     out: torch.Tensor | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """``y = alpha·(W·x̂) + beta·C0 + bias`` as ``[1, n]`` (a new tensor unless ``out``).
 
     x: ``k`` activations (``[k]`` or ``[1, k]``, contiguous); W ``[rows, k]``, or
     int8 quants with ``scales`` ``[rows, k/32]`` fp16 (Q8_0); x̂ = RMSNorm(x)·gain
     when ``gain`` is given, else x; with ``swiglu`` the rows are gate then up
-    (n = rows/2) and y = silu(gate)·up (no epilogue operands)."""
+    (n = rows/2) and y = silu(gate)·up (no epilogue operands). ``pdl``: launched
+    with programmatic dependent launch (Hopper+, never in the interpreter): the
+    first weight tile is read before waiting on the kernels before it."""
     from matprobe.kernels.triton._decode_kernels import decode_gemv_kernel
 
     rows, k = w.shape
@@ -127,7 +130,7 @@ def decode_gemv(
         HAS_C0=c0 is not None, HAS_BIAS=bias is not None,
         BLOCK_N=bn, BLOCK_K=bk, K_TILES=-(-k // bk), EVEN_K=k % bk == 0,
         EVEN=k % bk == 0 and n % bn == 0, NB=bk // Q8_0_BLOCK if quantized else 1,
-        num_warps=tile.warps,
+        num_warps=tile.warps, **(common.PDL_CONSTANTS if pdl else {}),
     )  # fmt: skip
     return y
 

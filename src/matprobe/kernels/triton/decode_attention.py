@@ -101,13 +101,16 @@ def decode_attention(
     chunk: int | None = None,
     warps: int = 4,
     out: torch.Tensor | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """The heads' attention outputs ``[1, heads·head_dim]`` of the new token whose
     q, k, v are ``qkv``'s, over ``k_cache``/``v_cache`` ``[kv_heads, context,
     head_dim]`` with the new key and value written at ``pos`` first.
 
     ``chunk``: positions a program (a multiple of :data:`BLOCK_L`; None:
-    :func:`default_chunk`)."""
+    :func:`default_chunk`). ``pdl``: launched with programmatic dependent launch
+    (Hopper+, never in the interpreter): the first tile of the cache is read
+    before waiting on the kernels before it."""
     from matprobe.kernels.triton._decode_attention_kernels import decode_attention_kernel
 
     kv_heads, context, head_dim = k_cache.shape
@@ -142,6 +145,6 @@ def decode_attention(
         D=head_dim, GROUP=group, Q_WIDTH=heads * head_dim, KV_WIDTH=kv_heads * head_dim,
         BLOCK_D=block_d, BLOCK_G=block_g, BLOCK_L=BLOCK_L, TILES=chunk // BLOCK_L,
         SPLIT=chunks > 1, MERGE=MERGE, EXACT=os.environ.get("TRITON_INTERPRET") == "1",
-        num_warps=warps,
+        num_warps=warps, **(common.PDL_CONSTANTS if pdl else {}),
     )  # fmt: skip
     return y
