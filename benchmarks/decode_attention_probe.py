@@ -65,7 +65,7 @@ def graph_of(fn):  # type: ignore[no-untyped-def]
     return g
 
 
-def attention_stack(qkvs, kcs, vcs, cos, sin, heads, pos, scale, chunk=0):  # type: ignore[no-untyped-def]
+def attention_stack(qkvs, kcs, vcs, cos, sin, heads, pos, scale, chunk=0, warps=4):  # type: ignore[no-untyped-def]
     """One layer stack's attention: torch's ops (chunk 0) or the kernel's."""
     if not chunk:
         return lambda: [
@@ -73,7 +73,9 @@ def attention_stack(qkvs, kcs, vcs, cos, sin, heads, pos, scale, chunk=0):  # ty
             for q, k, v in zip(qkvs, kcs, vcs, strict=True)
         ]
     return lambda: [
-        decode_attention(q, k, v, cos, sin, heads=heads, pos=pos, scale=scale, chunk=chunk)
+        decode_attention(
+            q, k, v, cos, sin, heads=heads, pos=pos, scale=scale, chunk=chunk, warps=warps
+        )
         for q, k, v in zip(qkvs, kcs, vcs, strict=True)
     ]
 
@@ -105,6 +107,7 @@ def measure(model: str, context: int, name: str, dtype: torch.dtype) -> dict[str
     variants = {"torch": attention_stack(*stack)}
     for c in chunks:
         variants[f"kernel chunk {c}"] = attention_stack(*stack, chunk=c)
+    variants[f"kernel chunk {chunk0} w8"] = attention_stack(*stack, chunk=chunk0, warps=8)
     graphs = {n: graph_of(f) for n, f in variants.items()}
     times: dict[str, list[float]] = {n: [] for n in graphs}
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
