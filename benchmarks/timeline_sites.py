@@ -18,7 +18,8 @@ SITES = ("norm+qkv", "attention", "o_proj+res", "norm+swiglu", "down+res")
 
 
 def main() -> None:
-    data = json.load(open(sys.argv[1]))
+    with open(sys.argv[1]) as f:
+        data = json.load(f)
     kernels = data["kernels"]
     charged: dict[str, list[float]] = {site: [] for site in (*SITES, "norm+lm_head")}
     previous_end = kernels[0]["start_us"]

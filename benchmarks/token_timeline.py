@@ -50,8 +50,9 @@ def main() -> None:
     by_name: dict[str, list[float]] = defaultdict(list)
     for e in kernels:
         by_name[e.name].append(e.time_range.elapsed_us())
-    print(f"{model} {dtype} ctx {context} {mode.name}: {len(kernels)} kernels, replay span "
-          f"{span:.1f} µs, kernels' sum {busy:.1f} µs, span − sum {span - busy:.1f} µs")  # fmt: skip
+    rest = span - busy
+    print(f"{model} {dtype} ctx {context} {mode.name}: {len(kernels)} kernels, replay "
+          f"span {span:.1f} µs, kernels' sum {busy:.1f} µs, span − sum {rest:.1f} µs")  # fmt: skip
     for name, durations in sorted(by_name.items(), key=lambda item: -sum(item[1])):
         print(f"  {sum(durations):8.1f} µs  {len(durations):4d} × median "
               f"{statistics.median(durations):6.2f}  {name[:90]}")  # fmt: skip

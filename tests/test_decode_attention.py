@@ -149,7 +149,7 @@ def layer_result(dtype: str, **bench_args):  # type: ignore[no-untyped-def]
 
 
 @needs_interpreter
-@pytest.mark.parametrize("dtype", ["f16", "q8_0"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "q8_0"])
 def test_the_layer_mode_passes_with_its_cache_judged(dtype: str) -> None:
     _, result = layer_result(dtype)
     row = result.get("layer")
