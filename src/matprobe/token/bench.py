@@ -170,6 +170,7 @@ class TokenBench:
         }
         self.linears.update(linears or {})
         self.seed = seed
+        self._slot_draws: torch.Generator | None = None
         self._decode_kernels: dict[tuple[bool, bool], DecodeKernels] = {}
         #: the eager fused mode's kernels when not triton.gemv_decode's (tests)
         self.fused = fused
@@ -219,7 +220,11 @@ class TokenBench:
         pos = self.context - 1
         for cache in (*self.weights.k_cache, *self.weights.v_cache):
             slot = cache[:, pos]
-            slot.copy_(torch.rand(slot.shape, device=slot.device) * 4 - 2)
+            if self._slot_draws is None:  # its own stream of values, seeded by the OS
+                self._slot_draws = torch.Generator(device=slot.device)
+                self._slot_draws.seed()
+            drawn = torch.rand(slot.shape, device=slot.device, generator=self._slot_draws)
+            slot.copy_(drawn * 4 - 2)
 
     def _cache_failure(self, tolerance: Tolerance) -> str | None:
         """After :meth:`_validate`, why the KV cache's new slot is wrong (None: it is
