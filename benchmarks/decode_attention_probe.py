@@ -21,7 +21,7 @@ import statistics
 
 import torch
 
-from matprobe.kernels.triton.decode_attention import BLOCK_L, decode_attention, default_chunk
+from matprobe.kernels.triton._decode_attention import BLOCK_L, decode_attention, default_chunk
 from matprobe.token.weights import rope_tables
 
 MODELS = {"qwen2.5-0.5b": (14, 2, 24), "llama-3.2-1b": (32, 8, 16)}

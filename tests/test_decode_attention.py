@@ -82,7 +82,7 @@ SHAPES = [
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_it_attends_appends_and_leaves_the_rest_of_the_cache(shape, dtype, device) -> None:  # type: ignore[no-untyped-def]
-    from matprobe.kernels.triton.decode_attention import decode_attention
+    from matprobe.kernels.triton._decode_attention import decode_attention
 
     heads, kv_heads, d, context, chunk = shape
     torch_dtype = torch.float16 if dtype == "f16" else torch.bfloat16
@@ -109,7 +109,7 @@ def test_it_attends_appends_and_leaves_the_rest_of_the_cache(shape, dtype, devic
 def test_the_new_position_is_attended_from_the_new_key_not_the_stale_slot(device: str) -> None:
     """The slot at ``pos`` holds the previous token's key until the append: a kernel
     that read it back from the cache before appending would attend a stale key."""
-    from matprobe.kernels.triton.decode_attention import decode_attention
+    from matprobe.kernels.triton._decode_attention import decode_attention
 
     qkv, k_cache, v_cache, cos, sin = problem(4, 2, 16, 40, torch.float16, device, seed=3)
     pos = 17  # mid-cache: positions after it are attended too
@@ -129,7 +129,7 @@ def test_the_new_position_is_attended_from_the_new_key_not_the_stale_slot(device
 )
 @needs_interpreter
 def test_bad_input_is_refused_before_launch(change, message) -> None:  # type: ignore[no-untyped-def]
-    from matprobe.kernels.triton.decode_attention import decode_attention
+    from matprobe.kernels.triton._decode_attention import decode_attention
 
     qkv, k_cache, v_cache, cos, sin = problem(4, 2, 16, 40, torch.float16)
     args = {"heads": 4, "pos": 39, "scale": 0.25, "chunk": None} | change
@@ -159,7 +159,7 @@ def test_the_layer_mode_passes_with_its_cache_judged(dtype: str) -> None:
 @needs_interpreter
 def test_an_attention_that_never_appends_fails_the_layer_mode(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Right logits this token, the next one wrong: the cache check fails it."""
-    from matprobe.kernels.triton import decode_attention as module
+    from matprobe.kernels.triton import _decode_attention as module
 
     honest = module.decode_attention
 
@@ -176,7 +176,7 @@ def test_an_attention_that_never_appends_fails_the_layer_mode(monkeypatch) -> No
 @pytest.mark.parametrize("context", [1, 64, 127, 128, 1024, 4097, 32768])
 @pytest.mark.parametrize("kv_heads", [1, 2, 8])
 def test_the_default_chunk_is_whole_tiles_and_few_chunks(context: int, kv_heads: int) -> None:
-    from matprobe.kernels.triton.decode_attention import (
+    from matprobe.kernels.triton._decode_attention import (
         BLOCK_L,
         MAX_CHUNKS,
         MIN_TILES,

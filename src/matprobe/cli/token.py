@@ -275,13 +275,7 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
     from matprobe.profile.models import get_model
     from matprobe.token.bench import TokenBench
     from matprobe.token.floor import measure_read_ceiling
-    from matprobe.token.modes import (
-        MODES,
-        parse_modes,
-        pdl_problem,
-        select_modes,
-        triton_problem,
-    )
+    from matprobe.token.modes import MODES, parse_modes, pdl_problem, select_modes, triton_problem
     from matprobe.token.predict import check_predictions
     from matprobe.token.report import render_text, to_json
     from matprobe.token.weights import small_config

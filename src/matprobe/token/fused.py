@@ -158,7 +158,7 @@ class DecodeKernels:
         (``context - 1``) and RoPE tables: :meth:`DecodeStep.forward_fused`'s
         ``attention``. The tables are read at each call (a replayed graph sees
         what :meth:`~matprobe.token.bench.TokenBench.place` wrote)."""
-        from matprobe.kernels.triton.decode_attention import decode_attention
+        from matprobe.kernels.triton._decode_attention import decode_attention
 
         w = self.weights
         heads = self.specs["attn_qk"].batch or 1  # batch: the query heads

@@ -1,5 +1,5 @@
 """Triton kernel of a decode layer's attention (imported only by its launcher,
-``matprobe.kernels.triton.decode_attention``).
+``matprobe.kernels.triton._decode_attention``).
 
 One program per (KV head, chunk of the context): it reads the new token's q, k
 and v straight from the QKV projection's output, applies RoPE to q and k in
