@@ -22,6 +22,7 @@ import statistics
 import torch
 
 from matprobe.kernels.triton._decode_attention import BLOCK_L, decode_attention, default_chunk
+from matprobe.measure.peaks import _graph_of  # the device clock's capture
 from matprobe.token.weights import rope_tables
 
 MODELS = {"qwen2.5-0.5b": (14, 2, 24), "llama-3.2-1b": (32, 8, 16)}
@@ -49,20 +50,6 @@ def torch_attention(qkv, kc, vc, cos, sin, heads, pos, scale):  # type: ignore[n
 def exact(qkv, kc, vc, cos, sin, heads, pos, scale):  # type: ignore[no-untyped-def]
     return torch_attention(qkv.double(), kc.double().clone(), vc.double().clone(), cos.double(),
                            sin.double(), heads, pos, scale)  # fmt: skip
-
-
-def graph_of(fn):  # type: ignore[no-untyped-def]
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
 
 
 def attention_stack(qkvs, kcs, vcs, cos, sin, heads, pos, scale, chunk=0, warps=4):  # type: ignore[no-untyped-def]
@@ -108,7 +95,7 @@ def measure(model: str, context: int, name: str, dtype: torch.dtype) -> dict[str
     for c in chunks:
         variants[f"kernel chunk {c}"] = attention_stack(*stack, chunk=c)
     variants[f"kernel chunk {chunk0} w8"] = attention_stack(*stack, chunk=chunk0, warps=8)
-    graphs = {n: graph_of(f) for n, f in variants.items()}
+    graphs = {n: _graph_of(f) for n, f in variants.items()}
     times: dict[str, list[float]] = {n: [] for n in graphs}
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     names = list(graphs)
