@@ -197,3 +197,31 @@ def test_launching_early_is_skipped_with_the_reason_off_a_hopper_gpu() -> None:
     chosen = select_modes(["layer", "layer+pdl"], device_kind="cpu", have_table=False)
     assert [m.name for m in chosen.modes] == ["eager", "layer"]
     assert dict(chosen.skipped)["layer+pdl"] == NO_PDL
+
+
+@needs_interpreter
+def test_an_attention_appending_only_while_validated_fails_when_timed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Honest while validated, then attending the new key from registers and leaving
+    the cache stale: every timed token is right, the next one would not be. The
+    slot each timed replay appends is judged, so the mode fails there."""
+    from matprobe.kernels.triton import _decode_attention as module
+
+    honest = module.decode_attention
+    validated = {"modes": 0}  # the eager baseline's, then the layer mode's
+    judge_cache = TokenBench._cache_failure
+
+    def after_validation(self, tolerance):  # type: ignore[no-untyped-def]
+        validated["modes"] += 1
+        return judge_cache(self, tolerance)
+
+    def lazy(qkv, k_cache, v_cache, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if validated["modes"] >= 2:
+            k_cache, v_cache = k_cache.clone(), v_cache.clone()
+        return honest(qkv, k_cache, v_cache, *args, **kwargs)
+
+    monkeypatch.setattr(TokenBench, "_cache_failure", after_validation)
+    monkeypatch.setattr(module, "decode_attention", lazy)
+    _, result = layer_result("f16")
+    row = result.get("layer")
+    assert row is not None and row.status == "FAIL", row and row.reason
+    assert row.reason.startswith("timed replay 1 ") and "new key in the KV cache" in row.reason

@@ -21,7 +21,7 @@ import torch
 from matprobe.errors import MatprobeError
 from matprobe.profile.models import ModelConfig
 from matprobe.token.floor import ByteFloor
-from matprobe.token.judge import InputDraws, ReplayJudge, keeping, step_inputs
+from matprobe.token.judge import InputDraws, ReplayJudge, keeping, slot_failure, step_inputs
 
 if TYPE_CHECKING:
     from matprobe.token.fused import DecodeKernels
@@ -206,14 +206,14 @@ class TokenBench:
         try:
             for x0, ref in zip(self.inputs, self.references, strict=True):
                 self.weights.x0.copy_(x0)
-                self._scramble_new_slot()
+                self.scramble_new_slot()
                 errors.append(logit_error(call(), ref))
         finally:
             self.weights.x0.copy_(self.inputs[0])
         return worst(errors)
 
-    def _scramble_new_slot(self) -> None:
-        """Fresh values in every layer's KV slot at ``context - 1`` before a validated
+    def scramble_new_slot(self) -> None:
+        """Fresh values in every layer's KV slot at ``context - 1`` before a judged
         call: the step writes that slot before it reads it, so only a call that
         never wrote it leaves them there (after a mode that did, the slot would
         already hold the right key for the same input)."""
@@ -226,6 +226,17 @@ class TokenBench:
             drawn = torch.rand(slot.shape, device=slot.device, generator=self._slot_draws)
             slot.copy_(drawn * 4 - 2)
 
+    def new_slot(self, *, exact: bool = False) -> torch.Tensor:
+        """Every layer's key and value at ``context - 1``, ``[layers, 2, kv_width]``:
+        what the step's last call appended (``exact``: the float64 step's, after
+        :meth:`reference`)."""
+        weights = self._exact if exact else self.weights
+        pos = self.context - 1
+        return torch.stack(
+            [torch.stack((k[:, pos].reshape(-1), v[:, pos].reshape(-1)))
+             for k, v in zip(weights.k_cache, weights.v_cache, strict=True)]
+        )  # fmt: skip
+
     def _cache_failure(self, tolerance: Tolerance) -> str | None:
         """After :meth:`_validate`, why the KV cache's new slot is wrong (None: it is
         right): each layer's key and value written at ``context - 1`` for the last
@@ -233,16 +244,9 @@ class TokenBench:
         bounds. An attention that attends the new key from registers but never
         appends it — or appends it unroped — gets this token right and the next
         one wrong; the logits alone cannot see that."""
+        appended = self.new_slot()
         self.reference(self.inputs[-1])  # the float64 step's caches: that input's
-        pos = self.context - 1
-        slots = zip(self.weights.k_cache, self.weights.v_cache,
-                    self._exact.k_cache, self._exact.v_cache, strict=True)  # fmt: skip
-        for layer, (k, v, k64, v64) in enumerate(slots):
-            for name, got, want in (("key", k, k64), ("value", v, v64)):
-                error = logit_error(got[:, pos].reshape(1, -1), want[:, pos].reshape(1, -1))
-                if (failure := tolerance.failure(error)) is not None:
-                    return f"layer {layer}'s new {name} in the KV cache: {failure}"
-        return None
+        return slot_failure(appended, self.new_slot(exact=True), tolerance)
 
     def decode_kernels(self, *, as_op: bool, pdl: bool = False) -> DecodeKernels:
         """The ``triton.gemv_decode`` kernels over this step's weights (made once a
@@ -422,9 +426,11 @@ class TokenBench:
 
         def window() -> float:
             drawn, staged = draws.window(WINDOW)
+            if judge is not None:
+                owner.scramble_new_slot()  # the window's last replay must append
             us, kept = back_to_back_us(call, inputs, staged)
             if judge is not None:
-                judge.keep_window(drawn, kept)
+                judge.keep_window(drawn, kept, owner.new_slot())
             return us
 
         return window

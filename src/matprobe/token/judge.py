@@ -30,9 +30,18 @@ class JudgedBench(Protocol):
 
     def place(self, position: int) -> None: ...
 
+    def scramble_new_slot(self) -> None: ...
+
+    def new_slot(self, *, exact: bool = False) -> torch.Tensor: ...
+
     def tables(self, position: int) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def reference(self, x0: torch.Tensor, position: int) -> torch.Tensor: ...
+
+
+#: A kept replay: its embedding, RoPE position, logits and, where judged, the KV
+#: slot it appended (``TokenBench.new_slot``).
+Kept = tuple[torch.Tensor, int, torch.Tensor, torch.Tensor | None]
 
 
 class ReplayJudge:
@@ -40,31 +49,46 @@ class ReplayJudge:
     position, written before the replay, outside the clock — its logits kept and
     judged against float64 after the rounds: a table kernel that memoises, or
     computes only on the validation trials' inputs, fails on the replays it is
-    timed on, and so does a step that baked the validation's RoPE tables in."""
+    timed on, and so does a step that baked the validation's RoPE tables in.
+
+    The KV slot the replay appends is judged too: scrambled before each latency
+    replay and each back-to-back window, kept after it (a window's last replay
+    is the one whose slot survives), and compared with the float64 step's. An
+    attention that appends only while validated — then attends the new key from
+    registers and leaves the cache stale — gets every timed token right and the
+    next one wrong: the logits alone cannot see it."""
 
     def __init__(self, owner: JudgedBench, mode: Mode) -> None:
         self.owner = owner
         self.mode = mode
         self.draws = InputDraws(owner)
         self.inputs: dict[int, tuple[torch.Tensor, int]] = {}
-        self.outputs: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+        self.outputs: list[Kept] = []
         self.last: torch.Tensor | None = None
 
     def fresh(self, index: int) -> None:
         x0, position = self.draws.next()
         self.owner.weights.x0.copy_(x0)
         self.owner.place(position)
+        self.owner.scramble_new_slot()
         self.inputs[index] = (x0, position)
 
-    def keep_window(self, drawn: list[tuple[torch.Tensor, int]], kept: list[torch.Tensor]) -> None:
-        """A back-to-back window's logits, one per input it was given."""
-        self.outputs.extend((x0, at, logits) for (x0, at), logits in zip(drawn, kept, strict=True))
+    def keep_window(
+        self, drawn: list[tuple[torch.Tensor, int]], kept: list[torch.Tensor], slot: torch.Tensor
+    ) -> None:
+        """A back-to-back window's logits, one per input it was given, and the KV slot
+        its last replay appended."""
+        slots: list[torch.Tensor | None] = [None] * (len(kept) - 1) + [slot]
+        self.outputs.extend(
+            (x0, at, logits, appended)
+            for (x0, at), logits, appended in zip(drawn, kept, slots, strict=True)
+        )
 
     def keep(self, index: int) -> None:
         if self.last is None:
             raise MatprobeError(f"{self.mode.name}: a timed replay returned no logits")
         x0, position = self.inputs.pop(index)
-        self.outputs.append((x0, position, self.last.detach().clone()))
+        self.outputs.append((x0, position, self.last.detach().clone(), self.owner.new_slot()))
         self.last = None
 
     def verdict(self, tolerance: Tolerance) -> tuple[int, str | None]:
@@ -73,13 +97,27 @@ class ReplayJudge:
         owner = self.owner
         owner.weights.x0.copy_(owner.inputs[0])
         owner.place(owner.context - 1)
-        for number, (x0, position, logits) in enumerate(self.outputs, start=1):
+        for number, (x0, position, logits, slot) in enumerate(self.outputs, start=1):
             failure = tolerance.failure(logit_error(logits, owner.reference(x0, position)))
+            if failure is None and slot is not None:
+                failure = slot_failure(slot, owner.new_slot(exact=True), tolerance)
             if failure:
                 return number, (
                     f"timed replay {number} of {len(self.outputs)} (position {position}): {failure}"
                 )
         return len(self.outputs), None
+
+
+def slot_failure(got: torch.Tensor, want: torch.Tensor, tolerance: Tolerance) -> str | None:
+    """Why the KV slot ``got`` (``[layers, 2, kv_width]``, ``TokenBench.new_slot``) is
+    not the float64 step's ``want``, within the logits' bounds; None when it is."""
+    got, want = (t.detach().to(device="cpu", dtype=torch.float64) for t in (got, want))
+    for layer, (appended, exact) in enumerate(zip(got, want, strict=True)):
+        for name, row, ref in (("key", appended[0], exact[0]), ("value", appended[1], exact[1])):
+            failure = tolerance.failure(logit_error(row.reshape(1, -1), ref.reshape(1, -1)))
+            if failure is not None:
+                return f"layer {layer}'s new {name} in the KV cache: {failure}"
+    return None
 
 
 def keeping(call: TokenCall, judge: ReplayJudge | None) -> TokenCall:
