@@ -6,6 +6,7 @@ matprobe functions were replaced takes no verdict."""
 
 from __future__ import annotations
 
+import builtins
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -61,6 +62,62 @@ CHEATS = {
         validate.Comparison.__getattribute__ = _lenient_comparison
         validate.Verdicts.__getattribute__ = _nothing_bad
         """,
+    "enters a torch function mode at import": """
+        import torch as _torch
+        from torch.overrides import TorchFunctionMode as _Mode
+        class _Blind(_Mode):  # every float64 difference the judge takes is zero
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if getattr(func, "__name__", "") in ("sub", "__sub__") and getattr(
+                    out, "dtype", None
+                ) == _torch.float64:
+                    return _torch.zeros_like(out)
+                return out
+        _Blind().__enter__()
+        """,
+    "enters a torch dispatch mode at import": """
+        import torch as _torch
+        from torch.utils._python_dispatch import TorchDispatchMode as _Mode
+        class _Blind(_Mode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if "sub" in str(func) and getattr(out, "dtype", None) == _torch.float64:
+                    return _torch.zeros_like(out)
+                return out
+        _Blind().__enter__()
+        """,
+    "replaces a builtin at import": """
+        import builtins
+        _max = builtins.max
+        builtins.max = lambda *args, **kwargs: _max(*args, **kwargs)
+        """,
+    "sets a profile function at import": """
+        import sys as _sys
+        _sys.setprofile(lambda frame, event, arg: None)
+        """,
+    "enters a torch function mode from its kernel": """
+        import torch as _torch
+        from torch.overrides import TorchFunctionMode as _Mode
+        class _Blind(_Mode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if getattr(func, "__name__", "") in ("sub", "__sub__") and getattr(
+                    out, "dtype", None
+                ) == _torch.float64:
+                    return _torch.zeros_like(out)
+                return out
+        _armed = []
+        _zeros = mine_zeros
+        @variant_family(name="{prefix}.sly", ops=ALL_OPS)
+        def mine_sly(spec, params, device):
+            def run(inputs, out):
+                if not _armed:
+                    _Blind().__enter__()
+                    _armed.append(1)
+                out.zero_()
+            return run
+        FAMILIES = (mine_exact, mine_zeros, mine_sly)
+        """,
     "replaces the judge from its kernel": """
         _armed = []
         _zeros = mine_zeros
@@ -115,8 +172,14 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         monkeypatch.setattr(owner, name, getattr(owner, name))
     code = validate.describe_first.__code__
     judging_classes = {cls: set(vars(cls)) for cls in (validate.Comparison, validate.Verdicts)}
+    monkeypatch.setattr(builtins, "max", builtins.max)
     before = set(sys.modules)
     yield tmp_path
+    sys.setprofile(None)  # a cheater's hooks, if the plugin was imported here too
+    while torch._C._len_torch_function_stack():
+        torch._C._pop_torch_function_stack()
+    while torch._C._len_torch_dispatch_stack():
+        torch.utils._python_dispatch._pop_mode()
     validate.describe_first.__code__ = code
     for cls, names in judging_classes.items():  # a method a cheater added
         for added in set(vars(cls)) - names:
@@ -151,9 +214,7 @@ def test_a_plugin_that_patches_the_judge_or_the_baseline_gets_no_verdict(
     evil = {vid: r for vid, r in rows.items() if vid.startswith(prefix)}
     assert evil and not any(r.status is Status.PASS for r in evil.values()), evil
     tampered = [r for r in evil.values() if r.error_kind is ErrorKind.TAMPER]
-    assert tampered and all(
-        "replaced in the process that measured it" in r.reason for r in tampered
-    )
+    assert tampered and all("in the process that measured it" in r.reason for r in tampered)
     # The shipped baseline's own row ran in a process that never imported the plugin.
     base = rows["torch.matmul/default"]
     assert base.status is Status.PASS and not any(name in path for path in base.sources)
@@ -289,3 +350,52 @@ def test_torch_rewrapping_its_own_seed_when_dynamo_loads_is_no_alarm() -> None:
         "claims ['torch.manual_seed']",
         "wrapped ['torch.manual_seed']",
     ]
+
+
+def test_a_torch_mode_or_a_tracer_is_tampering_and_stops_the_judge() -> None:
+    """A hook changes what the judge computes without replacing anything: while one
+    is active the snapshot names it and no comparison is made (run or token)."""
+    from torch.overrides import TorchFunctionMode
+
+    from matprobe.measure.hooks import HookedError
+    from matprobe.token.validate import logit_error
+
+    class Watching(TorchFunctionMode):  # changes nothing: its presence is the alarm
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    snapshot = Snapshot.take(namespaces=[])
+    ref = torch.ones(4, dtype=torch.float64)
+    assert snapshot.changed(namespaces=[]) == []
+    assert validate.compare(ref.clone(), ref).failure(1e-3, 1e-3) is None
+    with Watching():
+        assert snapshot.changed(namespaces=[]) == ["a torch function mode (active)"]
+        with pytest.raises(HookedError, match="torch function mode"):
+            validate.compare(ref.clone(), ref)
+        with pytest.raises(HookedError):
+            logit_error(ref.clone(), ref)
+    sys.setprofile(lambda frame, event, arg: None)
+    try:
+        assert snapshot.changed(namespaces=[]) == ["a profile function (sys.setprofile)"]
+        with pytest.raises(HookedError, match="profile"):
+            validate.compare(ref.clone(), ref)
+    finally:
+        sys.setprofile(None)
+    assert snapshot.changed(namespaces=[]) == []
+
+
+def test_torchs_own_default_device_mode_is_no_alarm() -> None:
+    """``torch.set_default_device`` keeps a torch mode of torch's own active: an
+    honest plugin may set it; a subclass of it is foreign."""
+    from torch.utils._device import DeviceContext
+
+    from matprobe.measure.hooks import active_hooks
+
+    with DeviceContext("cpu"):
+        assert active_hooks() == []
+
+    class Lookalike(DeviceContext):
+        pass
+
+    with Lookalike("cpu"):
+        assert active_hooks() == ["a torch function mode (active)"]

@@ -21,6 +21,7 @@ from matprobe.measure.bench import Bench, TimedJudge, baseline_on, bench_for, ma
 from matprobe.measure.checks import check_chain, check_replay, runs_chain
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.fingerprint import loaded_sources
+from matprobe.measure.hooks import HookedError
 from matprobe.measure.inputs import fresh_copy, fresh_x, x64
 from matprobe.measure.outputs import GuardedOutputs
 from matprobe.measure.references import declared_x, seeded_case
@@ -48,6 +49,8 @@ class PoisonedContextError(Exception):
 
 def classify(exc: BaseException) -> tuple[ErrorKind, bool]:
     """(error kind, whether the process's CUDA context is poisoned)."""
+    if isinstance(exc, HookedError):
+        return ErrorKind.TAMPER, False
     name = type(exc).__name__.lower()
     text = str(exc).lower()
     if "outofmemory" in name or "out of memory" in text:

@@ -6,13 +6,16 @@ its kernels run there; nothing stops it from assigning a slow wrapper to
 ``matprobe.measure.validate``, or a new ``__code__`` to one of their
 functions. Each worker takes a :class:`Snapshot` of those namespaces before it
 imports any plugin, and compares after the import and after every pair: a
-difference makes the pair's result an ERROR, never a verdict.
+difference makes the pair's result an ERROR, never a verdict. Hooks that
+change what runs without replacing anything — a torch mode, a tracer — are
+counted too (:mod:`matprobe.measure.hooks`), and the comparison itself refuses
+to judge while one is active.
 
 What is watched: every module of the measurement core (``measure/``, as
 :func:`~matprobe.measure.fingerprint.measurement_sources` finds them — the
 modules its policy fingerprint hashes), the quantization module it judges
-with, ``torch``, ``torch.Tensor``, ``torch.nn.functional``, torch's C
-function table, and ``numpy`` — each name
+with, Python's ``builtins`` and ``math``, ``torch``, ``torch.Tensor``,
+``torch.nn.functional``, torch's C function table, and ``numpy`` — each name
 bound there, and for a Python function its code object, defaults and
 closure; the methods of the classes matprobe's watched modules define; and the
 set of names of each such class and of ``torch.Tensor`` (a method *added* to one,
@@ -32,9 +35,12 @@ from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
 from matprobe.measure.fingerprint import measurement_sources
+from matprobe.measure.hooks import active_hooks
 
 #: Namespaces watched besides the measurement core's modules (see the module doc).
 WATCHED = (
+    "builtins",
+    "math",
     "matprobe.quant",
     "torch",
     "torch.nn.functional",
@@ -148,13 +154,14 @@ class Snapshot:
     def changed(self, namespaces: Iterable[tuple[str, Any]] | None = None) -> list[str]:
         """``namespace.name`` of every callable replaced, removed or given another
         body since the snapshot (names bound since are not counted: a module may
-        fill a cache lazily)."""
+        fill a cache lazily), then every foreign hook active now
+        (:func:`~matprobe.measure.hooks.active_hooks`: a torch mode, a tracer)."""
         values = {
             key: value
             for name, namespace in namespaces or watched_namespaces()
             for key, value in _bindings(name, namespace)
         }
-        return sorted(
+        replaced = sorted(
             key
             for key, ident in self.bindings.items()
             if (key not in values or _identity(values[key]) != ident)
@@ -162,3 +169,4 @@ class Snapshot:
                 key in self.originals and _wrapped_by_torch(values.get(key), self.originals[key])
             )
         )
+        return replaced + active_hooks()

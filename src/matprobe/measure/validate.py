@@ -107,6 +107,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from matprobe.measure.hooks import refuse_if_hooked
 from matprobe.measure.results import ErrorMetrics
 from matprobe.spec import MatmulSpec
 
@@ -357,6 +358,8 @@ def _figures(
     those of ``refs``)."""
     import torch
 
+    # No verdict through a plugin's torch mode or tracer (measure.hooks).
+    refuse_if_hooked()
     # Computed where the reference lives (the GPU on a GPU run; the CPU elsewhere).
     got = outs.detach().to(refs.device, torch.float64)
     if got.shape != refs.shape:

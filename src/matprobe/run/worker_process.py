@@ -151,7 +151,7 @@ def _measure_item(
 
 def _tampered(task: Task, ctx: PairContext, changed: Sequence[str]) -> PairResult:
     shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
-    why = f"{shown} replaced in the process that measured it: no verdict is taken there"
+    why = f"{shown}: replaced or installed in the process that measured it; no verdict is taken"
     return error_result(task.spec, task.variant, ctx, ErrorKind.TAMPER, why)
 
 

@@ -41,6 +41,8 @@ from typing import Any
 
 import torch
 
+from matprobe.measure.hooks import refuse_if_hooked
+
 #: unit roundoff of the token's dtype (half an ulp at 1.0)
 #: (q8_0: its activations' fp16; the dequantized weights' one rounding each in the
 #: baseline is one more rounding a matmul, within the bound's 8·√(layers + 1))
@@ -84,6 +86,7 @@ class LogitError:
 
 
 def logit_error(out: torch.Tensor, ref: torch.Tensor) -> LogitError:
+    refuse_if_hooked()  # no verdict through a torch mode or tracer (measure.hooks)
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"logits {tuple(out.shape)} != reference {tuple(ref.shape)}")
     got = out.detach().to(device="cpu", dtype=torch.float64)
