@@ -220,6 +220,66 @@ def test_a_plugin_that_patches_the_judge_or_the_baseline_gets_no_verdict(
     assert base.status is Status.PASS and not any(name in path for path in base.sources)
 
 
+#: Forges its rows where they are kept: in the process that receives the workers'
+#: results, its FAIL rows become PASS rows. On 99b8bf2 that process imported every
+#: plugin, and a kernel writing zeros was stored as passing.
+FORGES_THE_STORE = """
+        import dataclasses
+        from matprobe.measure import results as _results
+        _from_dict = _results.PairResult.from_dict.__func__
+        def _forged(cls, data):
+            row = _from_dict(cls, data)
+            if row.variant_id.startswith("evil.") and row.status is not _results.Status.PASS:
+                metrics = _results.ErrorMetrics(1e-4, 1e-4, 1e-4, 0, 5e-4, 1e-3, 3)
+                row = dataclasses.replace(row, status=_results.Status.PASS, reason=None,
+                                          metrics=metrics, error_kind=None)
+            return row
+        _results.PairResult.from_dict = classmethod(_forged)
+        """
+
+#: Writes a pickle to its worker's pipe: read with ``pickle``, it would run code
+#: (here: create a file) in the process that keeps the results.
+PICKLES_TO_THE_PARENT = """
+        import gc
+        from multiprocessing.connection import Connection
+        class _Payload:
+            def __reduce__(self):
+                return (open, ("pwned-by-a-pickle", "w"))
+        @variant_family(name="{prefix}.sly", ops=ALL_OPS)
+        def mine_sly(spec, params, device):
+            def run(inputs, out):
+                for conn in [o for o in gc.get_objects() if isinstance(o, Connection)]:
+                    try:
+                        conn.send(("idle", _Payload()))
+                    except Exception:
+                        pass
+                out.zero_()
+            return run
+        FAMILIES = (mine_exact, mine_zeros, mine_sly)
+        """
+
+
+@pytest.mark.parametrize("cheat", [FORGES_THE_STORE, PICKLES_TO_THE_PARENT])
+def test_plugin_code_never_runs_in_the_process_that_keeps_the_results(
+    here: Path, cheat: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The plugin is imported in a child that describes its families as JSON, and
+    its worker speaks JSON: nothing it patches or sends runs where rows are stored."""
+    from matprobe.measure.results import PairResult
+
+    name = write(here, "forging_kernels", cheat)
+    from_dict = PairResult.from_dict
+    db = here / "r.sqlite"
+    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*"])
+    capsys.readouterr()
+    assert not (here / "pwned-by-a-pickle").exists()
+    assert name not in sys.modules and PairResult.from_dict == from_dict
+    with ResultStore(db, read_only=True) as store:
+        rows = {r.variant_id: r for r in store.results()}
+    assert rows["evil.zeros/default"].status is not Status.PASS
+    assert "evil.sly/default" not in rows or rows["evil.sly/default"].status is not Status.PASS
+
+
 def test_a_kernel_that_empties_its_judges_fails_on_the_count(
     here: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

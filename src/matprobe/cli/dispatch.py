@@ -16,9 +16,9 @@ def export_tables(report: Any, plugins: Sequence[str], out_dir: Path, out: TextI
     """Write one table per dtype of ``report`` into ``out_dir`` and list them; 1 when
     the run gave nothing to export (no spec with a timed baseline)."""
     from matprobe.dispatch.export import tables_from_report, write_tables
-    from matprobe.measure.variants import registry_with_plugins
+    from matprobe.run.plugin_process import described_registry
 
-    registry = registry_with_plugins(plugins=plugins)
+    registry = described_registry(plugins=plugins)  # the plugins imported in a child only
     tables = tables_from_report(report, registry, plugins=plugins, source=report.source)
     if not tables:
         out.write("matprobe dispatch: no spec with a timed baseline in this run: no table\n")

@@ -16,7 +16,8 @@ from pathlib import Path
 from matprobe.dispatch.table import DispatchTable, Entry
 from matprobe.measure.fingerprint import changed_sources
 from matprobe.measure.results import PairResult, Status
-from matprobe.measure.variants import Registry, registry_with_plugins
+from matprobe.measure.variants import Registry
+from matprobe.run.plugin_process import described_registry
 from matprobe.run.store import ResultStore
 
 
@@ -27,7 +28,7 @@ def unjudged_entries(table: DispatchTable, store_path: Path) -> list[str]:
         return []
     if not store_path.is_file():
         return [f"no result store at {store_path} holds its winners' verdicts"]
-    registry = registry_with_plugins(plugins=table.plugins)
+    registry = described_registry(plugins=table.plugins)  # the plugins imported in a child
     with ResultStore(store_path, read_only=True) as store:
         return _unjudged(table, store, registry)
 

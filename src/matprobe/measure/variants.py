@@ -474,13 +474,14 @@ def plugin_families(module_name: str) -> tuple[VariantFamily, ...]:
     return tuple(replace(family, origin=module_name) for family in found)
 
 
-def with_plugins(registry: Registry, plugins: Iterable[str]) -> Registry:
-    """A new registry: ``registry``'s families, then each plugin's, in order. A
-    plugin family whose name is taken (by a shipped family or an earlier
-    plugin's) is an error that names both."""
+def with_plugins(registry: Registry, plugins: Iterable[str], families_of: Any = None) -> Registry:
+    """A new registry: ``registry``'s families, then each plugin's (``families_of`` a
+    module name: :func:`plugin_families`, or ``run.plugin_process``'s descriptions),
+    in order. A family name taken twice is an error that names both."""
+    families_of = families_of or plugin_families
     combined = Registry(registry.families())
     for module_name in dict.fromkeys(plugins):  # once each, in the order given
-        for family in plugin_families(module_name):
+        for family in families_of(module_name):
             if family.name in combined:
                 taken = combined.family(family.name).origin
                 by = "a family matprobe ships" if taken == SHIPPED_ORIGIN else f"plugin {taken!r}"

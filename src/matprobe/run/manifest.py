@@ -38,8 +38,8 @@ from matprobe.measure.variants import (
     Registry,
     Variant,
     VariantLookupError,
-    registry_with_plugins,
 )
+from matprobe.run.plugin_process import described_registry
 from matprobe.spec import OP_KINDS
 
 if sys.version_info >= (3, 11):
@@ -252,5 +252,5 @@ def load_manifest_and_registry(
     those of ``plugins`` (the command line's) and of the manifest's ``plugins``."""
     data, source = read_manifest(path)
     wanted = [*plugins, *manifest_plugins(data, source)]
-    registry = registry_with_plugins(factory, wanted)
+    registry = described_registry(factory, wanted)  # plugins imported in a child only
     return parse_manifest(data, source, registry), registry

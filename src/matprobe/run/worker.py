@@ -30,6 +30,7 @@ what of it is sent, :mod:`~matprobe.run.task`.
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import threading
 import time
@@ -263,8 +264,7 @@ class Worker(_StopsOnExit):
         return message
 
     def _next_message(self, deadline: float, cancel: threading.Event | None) -> tuple[Any, ...]:
-        """The process's next message, or CANCELLED, LATE (past ``deadline``) or
-        ``("died",)`` (it ended without a word)."""
+        """The process's next message, CANCELLED, LATE (past ``deadline``) or ``("died",)``."""
         proc, conn = self._proc, self._conn
         assert proc is not None and conn is not None
         while True:
@@ -272,9 +272,11 @@ class Worker(_StopsOnExit):
                 return CANCELLED
             if conn.poll(POLL_S):
                 try:
-                    message: tuple[Any, ...] = conn.recv()
+                    message = tuple(json.loads(conn.recv_bytes()))  # JSON: never unpickled
                 except EOFError:
                     return ("died",)
+                except ValueError:  # not the worker's own words: plugin code wrote them
+                    return ("fatal", "the worker sent a message that is not JSON")
                 return message
             if time.monotonic() > deadline:
                 return LATE

@@ -7,6 +7,7 @@ each over the pipe (the messages are listed in :mod:`matprobe.run.worker`)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -60,7 +61,7 @@ def _worker_main(
             measure_peaks = None
         peaks = _call(measure_peaks) if measure_peaks else None
         timing = TimingPolicy(**policy)
-        conn.send(("ready", os.getpid(), peaks, clocks))
+        _say(conn, ("ready", os.getpid(), peaks, clocks))
         while True:
             try:
                 message = conn.recv()
@@ -78,12 +79,18 @@ def _worker_main(
             ctx = PairContext(info, timing, run_id)
             if not _measure_item(conn, tasks, registry, ctx, snapshot):
                 return
-            conn.send(("idle",))
+            _say(conn, ("idle",))
     except Exception:
         with contextlib.suppress(OSError):  # the parent may be gone (a killed Ray worker)
-            conn.send(("fatal", traceback.format_exc(limit=5)))
+            _say(conn, ("fatal", traceback.format_exc(limit=5)))
     finally:
         conn.close()
+
+
+def _say(conn: Connection, message: tuple[Any, ...]) -> None:
+    """A message to the parent as JSON, never a pickle: this process runs plugin
+    code, and a pickle can run code in the process that reads it."""
+    conn.send_bytes(json.dumps(message).encode())
 
 
 def _set_up_place(kind: str | None, index: int, cpu_threads: int | None) -> tuple[str, int]:
@@ -124,15 +131,15 @@ def _measure_item(
     (its CUDA context is poisoned, or code in it replaced what the judge or the
     baseline runs) — the parent goes on in a fresh one."""
     for number, data in enumerate(tasks):
-        conn.send(("start", data[0]))
+        _say(conn, ("start", data[0]))
         task = task_from_data(data, registry)
         changed = snapshot.changed()
         if not changed:
             try:
                 result = measure_pair_safely(task.spec, task.variant, ctx, task.baseline)
             except PoisonedContextError as poisoned:
-                conn.send(("done", task.index, poisoned.args[0].to_dict()))
-                conn.send(("exit", "CUDA context poisoned; restarting the worker"))
+                _say(conn, ("done", task.index, poisoned.args[0].to_dict()))
+                _say(conn, ("exit", "CUDA context poisoned; restarting the worker"))
                 return False
             changed = snapshot.changed()
         if changed:
@@ -141,10 +148,10 @@ def _measure_item(
             # the next one.
             for rest in tasks[number:]:
                 rest_task = task_from_data(rest, registry)
-                conn.send(("done", rest_task.index, _tampered(rest_task, ctx, changed).to_dict()))
-            conn.send(("exit", "code in the worker replaced the judge's or the baseline's"))
+                _say(conn, ("done", rest_task.index, _tampered(rest_task, ctx, changed).to_dict()))
+            _say(conn, ("exit", "code in the worker replaced the judge's or the baseline's"))
             return False
-        conn.send(("done", task.index, result.to_dict()))
+        _say(conn, ("done", task.index, result.to_dict()))
     _release_cached_memory(ctx.device)
     return True
 
