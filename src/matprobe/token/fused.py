@@ -16,6 +16,7 @@ around it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import torch
@@ -198,52 +199,44 @@ class DecodeKernels:
 _OP_DEFINED = False
 
 
+def _decode_gemv_op(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    scales: torch.Tensor | None,
+    gain: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    c0: torch.Tensor | None,
+    swiglu: bool,
+    bn: int,
+    bk: int,
+    warps: int,
+    eps: float,
+    *,
+    shape_only: bool = False,
+) -> torch.Tensor:
+    """The op's body, and with ``shape_only`` its fake (what ``torch.compile``
+    traces with): an empty output of the kernel's shape, nothing run."""
+    if shape_only:
+        rows = w.shape[0]
+        return x.new_empty((1, rows // 2 if swiglu else rows))
+    # A fresh output every call (never an input's alias, as custom ops require).
+    return decode_gemv(
+        x, w, tile=DecodeTile(bn, bk, warps), scales=scales, gain=gain, eps=eps,
+        bias=bias, c0=c0, swiglu=swiglu,
+    )  # fmt: skip
+
+
 def define_op() -> None:
     """``matprobe::decode_gemv(...) -> Tensor``, defined once a process."""
     global _OP_DEFINED
     if _OP_DEFINED:
         return
-
-    @torch.library.custom_op(
+    op = torch.library.custom_op(
         "matprobe::decode_gemv",
+        _decode_gemv_op,
         mutates_args=(),
         schema="(Tensor x, Tensor w, Tensor? scales, Tensor? gain, Tensor? bias, Tensor? c0, "
         "bool swiglu, int bn, int bk, int warps, float eps) -> Tensor",
     )
-    def decode_gemv_op(
-        x: torch.Tensor,
-        w: torch.Tensor,
-        scales: torch.Tensor | None,
-        gain: torch.Tensor | None,
-        bias: torch.Tensor | None,
-        c0: torch.Tensor | None,
-        swiglu: bool,
-        bn: int,
-        bk: int,
-        warps: int,
-        eps: float,
-    ) -> torch.Tensor:
-        # A fresh output every call (never an input's alias, as custom ops require).
-        return decode_gemv(
-            x, w, tile=DecodeTile(bn, bk, warps), scales=scales, gain=gain, eps=eps,
-            bias=bias, c0=c0, swiglu=swiglu,
-        )  # fmt: skip
-
-    @decode_gemv_op.register_fake
-    def _(
-        x: torch.Tensor,
-        w: torch.Tensor,
-        scales: torch.Tensor | None,
-        gain: torch.Tensor | None,
-        bias: torch.Tensor | None,
-        c0: torch.Tensor | None,
-        swiglu: bool,
-        bn: int,
-        bk: int,
-        warps: int,
-        eps: float,
-    ) -> torch.Tensor:
-        rows = w.shape[0]
-        return x.new_empty((1, rows // 2 if swiglu else rows))
-
+    op.register_fake(functools.partial(_decode_gemv_op, shape_only=True))
     _OP_DEFINED = True

@@ -26,7 +26,7 @@ newest position, so it can be captured in a CUDA graph, compiled by
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -120,6 +120,12 @@ def _layer_part(mark: Region, layer: int) -> Region:
     return part
 
 
+def _layers(mark: Region, layers: int) -> Iterator[tuple[int, Region]]:
+    """The step's walk: each layer's index and the ``part`` that marks its regions."""
+    for layer in range(layers):
+        yield layer, _layer_part(mark, layer)
+
+
 def _no_region(label: str) -> AbstractContextManager[object]:
     return contextlib.nullcontext()
 
@@ -196,8 +202,7 @@ class DecodeStep:
         c, w = self.config, self.weights
         mark = region or _no_region
         h = w.x0
-        for i in range(c.layers):
-            part = _layer_part(mark, i)
+        for i, part in _layers(mark, c.layers):
             with part("attn_norm"):
                 x = self._rms_norm(h, w.attn_norm[i])
             with part("qkv"):
@@ -236,8 +241,7 @@ class DecodeStep:
         c, w = self.config, self.weights
         mark = region or _no_region
         h = w.x0
-        for i in range(c.layers):
-            part = _layer_part(mark, i)
+        for i, part in _layers(mark, c.layers):
             with part("qkv"):
                 qkv = fused.norm_linear("qkv", i, h, w.attn_norm[i], w.qkv_bias[i])
             if attention is None:
