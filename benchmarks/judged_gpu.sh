@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20 on one GPU, in one call: TESTS=1 runs the GPU tests (tests/test_gpu.py,
+# Issue 20 on one GPU, in one call: TESTS=1 runs the GPU tests (TEST_FILES, default tests/test_gpu.py,
 # tests/test_draws.py, tests/test_token.py: a token per mode on the card, each timed
 # replay judged at a fresh embedding and RoPE position); JOBS="src .oldmain/src" runs the default job (`matprobe run`,
 # the built-in Qwen2.5-0.5B profile, one card) with the code under each folder in
@@ -20,7 +20,7 @@ mkdir -p "$OUT/runs"
 if [ -n "${TESTS:-}" ]; then
   start=$(date +%s)
   PYTHONPATH=src timeout "${TEST_LIMIT_S:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider \
-    tests/test_gpu.py tests/test_draws.py tests/test_token.py > "$OUT/runs/gpu_tests.txt" 2>&1
+    ${TEST_FILES:-tests/test_gpu.py tests/test_draws.py tests/test_token.py} > "$OUT/runs/gpu_tests.txt" 2>&1
   echo "gpu tests: $(tail -1 "$OUT/runs/gpu_tests.txt") ($(( $(date +%s) - start )) s)" | tee -a "$OUT/runs/wall.txt"
 fi
 if [ -n "${PROFILE:-}" ]; then  # where one pair's time goes (cProfile; benchmarks/pair_profile.py)
