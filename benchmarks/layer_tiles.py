@@ -1,0 +1,108 @@
+"""The `layer+pdl` token under other GEMV tiles (issue 23): is the token's own tile
+choice (`token.fused.default_tile`) what the per-site harness runs crowned?
+
+One process, one card: a TokenBench per dtype, then for each tile policy the
+`layer+pdl` mode validated and timed against eager (`TokenBench.run`, every
+timed replay judged), the default policy first and last (drift). Writes
+`$OUT/layer_tiles-<dtype>.json` and prints one line a policy.
+
+    OUT=/tmp/x DTYPES="f16 q8_0" ROUNDS=10 PYTHONPATH=src python3 benchmarks/layer_tiles.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+
+from matprobe.kernels.triton.decode import DecodeTile
+from matprobe.profile.models import get_model
+from matprobe.token.bench import TokenBench
+from matprobe.token.fused import DecodeKernels
+from matprobe.token.modes import select_modes
+
+SITES = ("qkv", "o_proj", "gate_up", "down", "lm_head")
+
+#: Per-site winners of `matprobe run --model qwen2.5-0.5b --layer` on an H100
+#: (fourteenth session, BENCHMARKS.md "The decode layer's sites as specs"):
+#: triton.gemv_decode's best point of each site (down: the best gemv_decode
+#: point was not printed; gemv_nt's bn1_bk1024_w8 won the site).
+WINNERS_F16 = {
+    "qkv": DecodeTile(4, 512, 4),
+    "o_proj": DecodeTile(2, 1024, 4),
+    "gate_up": DecodeTile(1, 512, 4),
+    "down": DecodeTile(1, 1024, 8),
+    "lm_head": DecodeTile(4, 512, 4),
+}
+
+
+def policies(dtype: str) -> dict[str, dict[str, DecodeTile]]:
+    if dtype == "q8_0":
+        return {
+            "default": {},
+            "bk512": {s: DecodeTile(0, 512, 4) for s in SITES},  # bn 0: keep the default's
+            "down-w8": {"down": DecodeTile(0, 0, 8)},
+            "wide-bn2": {"gate_up": DecodeTile(2, 0, 0), "lm_head": DecodeTile(2, 0, 0)},
+            "small-bn4": {"qkv": DecodeTile(4, 0, 0), "o_proj": DecodeTile(4, 0, 0)},
+            "default-again": {},
+        }
+    return {
+        "default": {},
+        "winners": dict(WINNERS_F16),
+        "winners-but-down": {s: t for s, t in WINNERS_F16.items() if s != "down"},
+        "gate_up-bn1-bk512": {"gate_up": DecodeTile(1, 512, 4)},
+        "small-bn4-bk512": {"qkv": DecodeTile(4, 512, 4), "o_proj": DecodeTile(4, 512, 4)},
+        "down-w8": {"down": DecodeTile(1, 1024, 8)},
+        "default-again": {},
+    }
+
+
+def merged(default: dict[str, DecodeTile], change: dict[str, DecodeTile]) -> dict[str, DecodeTile]:
+    """``change`` over ``default``; a 0 field keeps the default's."""
+    out = dict(default)
+    for site, tile in change.items():
+        base = default[site]
+        out[site] = DecodeTile(tile.bn or base.bn, tile.bk or base.bk, tile.warps or base.warps)
+    return out
+
+
+def main() -> int:
+    out_dir = os.environ.get("OUT", "/tmp/layer_tiles")
+    rounds = int(os.environ.get("ROUNDS", "10"))
+    model = os.environ.get("MODEL", "qwen2.5-0.5b")
+    for dtype in os.environ.get("DTYPES", "f16").split():
+        bench = TokenBench(get_model(model), context=128, dtype=dtype, device="cuda", trials=2)
+        default = DecodeKernels(bench.weights, bench.specs, pdl=True).tiles
+        rows = []
+        for name, change in policies(dtype).items():
+            tiles = merged(default, change)
+            bench._decode_kernels[False, True] = DecodeKernels(
+                bench.weights, bench.specs, pdl=True, tiles=tiles
+            )
+            selection = select_modes(["layer+pdl"], device_kind="cuda", have_table=False,
+                                     dtype=dtype)  # fmt: skip
+            result = bench.run(selection, rounds=rounds)
+            row = result.get("layer+pdl")
+            assert row is not None
+            samples = sorted(row.samples_us)
+            figure = statistics.median(samples) if samples else float("nan")
+            spread = (
+                (samples[len(samples) // 10], samples[-1 - len(samples) // 10]) if samples else ()
+            )
+            rows.append({
+                "policy": name, "status": row.status, "reason": row.reason,
+                "us_per_token": figure, "p10_p90": spread, "judged": row.judged,
+                "tiles": {s: [t.bn, t.bk, t.warps] for s, t in tiles.items()},
+            })  # fmt: skip
+            print(f"{model} {dtype} {name:20s} {row.status} {figure:8.1f} µs "
+                  f"[{spread[0]:.1f}–{spread[1]:.1f}] judged {row.judged}"
+                  if samples else f"{model} {dtype} {name}: {row.status} {row.reason}",
+                  flush=True)  # fmt: skip
+        with open(os.path.join(out_dir, f"layer_tiles-{dtype}.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
