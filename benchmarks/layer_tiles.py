@@ -80,8 +80,9 @@ def main() -> int:
             bench._decode_kernels[False, True] = DecodeKernels(
                 bench.weights, bench.specs, pdl=True, tiles=tiles
             )
-            selection = select_modes(["layer+pdl"], device_kind="cuda", have_table=False,
-                                     dtype=dtype)  # fmt: skip
+            selection = select_modes(
+                ["layer+pdl"], device_kind="cuda", have_table=False, dtype=dtype, pdl_problem=None
+            )
             result = bench.run(selection, rounds=rounds)
             row = result.get("layer+pdl")
             assert row is not None
