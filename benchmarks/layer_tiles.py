@@ -38,6 +38,8 @@ WINNERS_F16 = {
 
 
 def policies(dtype: str) -> dict[str, dict[str, DecodeTile]]:
+    if os.environ.get("ISOLATE"):  # which of the winners' sites make the difference
+        return isolating(dtype)
     if dtype == "q8_0":
         return {
             "default": {},
@@ -54,6 +56,32 @@ def policies(dtype: str) -> dict[str, dict[str, DecodeTile]]:
         "gate_up-bn1-bk512": {"gate_up": DecodeTile(1, 512, 4)},
         "small-bn4-bk512": {"qkv": DecodeTile(4, 512, 4), "o_proj": DecodeTile(4, 512, 4)},
         "down-w8": {"down": DecodeTile(1, 1024, 8)},
+        "default-again": {},
+    }
+
+
+def isolating(dtype: str) -> dict[str, dict[str, DecodeTile]]:
+    if dtype == "q8_0":
+        down_w8 = {"down": DecodeTile(0, 0, 8)}
+        return {
+            "default": {},
+            "down-w8": down_w8,
+            "down-w8+small-bn4": {
+                **down_w8,
+                "qkv": DecodeTile(4, 0, 0),
+                "o_proj": DecodeTile(4, 0, 0),
+            },
+            "down-w8-again": down_w8,
+            "default-again": {},
+        }
+    winners = dict(WINNERS_F16)
+    return {
+        "default": {},
+        "winners": winners,
+        "winners-but-lm_head": {s: t for s, t in winners.items() if s != "lm_head"},
+        "lm_head-only": {"lm_head": winners["lm_head"]},
+        "down-w8+lm_head": {"down": winners["down"], "lm_head": winners["lm_head"]},
+        "winners-again": winners,
         "default-again": {},
     }
 
