@@ -425,3 +425,43 @@ def test_token_refuses_a_table_whose_winners_the_store_never_judged(
     assert main([*argv, "--db", str(empty)], out=io.StringIO()) == 2
     err = capsys.readouterr().err
     assert "1 winner(s) without a verdict" in err and "the store holds no result of it" in err
+
+
+# ---- the layer's tiles -------------------------------------------------------------
+
+
+def test_the_layer_modes_take_each_sites_gemv_decode_tile_from_the_table() -> None:
+    """Where triton.gemv_decode won a layer site, its grid point is that site's tile;
+    a site won by another family, missing, or whose point cannot run keeps the
+    token's own — and says why."""
+    from matprobe.dispatch.layer_tiles import layer_tiles
+    from matprobe.kernels.triton.decode import DecodeTile
+    from matprobe.profile.models import decode_specs, get_model
+
+    config = get_model("qwen2.5-0.5b")
+    specs = {s.role: s.spec.key() for s in decode_specs(config, context=128, dtype="f16",
+                                                          layer=True)}  # fmt: skip
+
+    def won(role: str, family: str = "triton.gemv_decode", **params: Any) -> Entry:
+        tag = "_".join(f"{k}{v}" for k, v in params.items())
+        return Entry(specs[role], family, params, f"{family}/{tag}", 3.0, 7.0, 0.4)
+
+    table = table_for(
+        [
+            won("norm+qkv", bn=4, bk=512, w=4),
+            won("o_proj+res", bn=2, bk=1024, w=4),
+            won("norm+swiglu", family="torch.matmul"),
+            won("down+res", bn=1, bk=48, w=8),  # not a power of two: cannot run
+        ],
+        dtype="f16",
+    )
+    tiles, kept = layer_tiles(table, config, context=128, dtype="f16")
+    assert tiles == {"qkv": DecodeTile(4, 512, 4), "o_proj": DecodeTile(2, 1024, 4)}
+    assert kept["norm+swiglu"] == "won by torch.matmul"
+    assert kept["down+res"].startswith("its tile cannot run here")
+    assert kept["norm+lm_head"] == "no entry in the table"
+    # the plain (unfused) specs of a table are not the layer's sites
+    plain = {s.role: s.spec.key() for s in decode_specs(config, context=128, dtype="f16")}
+    other = table_for([Entry(plain["o_proj"], "triton.gemv_decode", {"bn": 2, "bk": 1024, "w": 4},
+                             "triton.gemv_decode/bn2_bk1024_w4", 3.0, 7.0)])  # fmt: skip
+    assert layer_tiles(other, config, context=128, dtype="f16")[0] == {}

@@ -813,8 +813,14 @@ class FakeTable:
         self.calls = dict(calls)
         return self.figures
 
+    def lookup(self, spec: MatmulSpec) -> None:
+        return None  # no layer site: the layer modes keep their own tiles
+
 
 def fake_dispatch(monkeypatch: pytest.MonkeyPatch, table: FakeTable, kernel: Linear) -> None:
+    import matprobe.dispatch.layer_tiles as tiles  # the real one: it reads the fake table
+
+    monkeypatch.setitem(sys.modules, "matprobe.dispatch.layer_tiles", tiles)
     module = types.ModuleType("matprobe.dispatch")
     module.load_table = lambda path: table  # type: ignore[attr-defined]
     module.table_linear = lambda t, device: kernel  # type: ignore[attr-defined]

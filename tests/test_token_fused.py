@@ -221,3 +221,19 @@ def test_a_matmul_share_whose_interval_holds_zero_is_noise_not_a_figure(
     assert result.share_is_noise is noise
     base = ModeResult(eager, "PASS", share_samples_us=[800.0, 805.0, 798.0, 810.0, 802.0, 799.0])
     assert not base.share_is_noise
+
+
+def test_a_tables_tiles_reach_the_decode_kernels_and_the_rest_keep_their_own() -> None:
+    """``TokenBench(tiles=…)`` (``matprobe token --table``: the layer sites'
+    triton.gemv_decode winners) sets those sites' tiles in every decode-kernel set."""
+    from matprobe.kernels.triton.decode import DecodeTile
+
+    own = bench(small_config()).decode_kernels(as_op=False, pdl=True).tiles
+    chosen = DecodeTile(1, 64, 8)
+    b = bench(small_config(), tiles={"down": chosen})
+    for as_op, pdl in ((False, False), (False, True), (True, False)):
+        tiles = b.decode_kernels(as_op=as_op, pdl=pdl).tiles
+        assert tiles["down"] == chosen
+        assert {s: t for s, t in tiles.items() if s != "down"} == {
+            s: t for s, t in own.items() if s != "down"
+        }

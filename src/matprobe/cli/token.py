@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from matprobe.cli.args import positive
 from matprobe.errors import MatprobeError
@@ -55,6 +55,8 @@ class DispatchTable(Protocol):
     tests hand it a fake)."""
 
     def predict_matmul_us(self, calls: Mapping[str, float]) -> tuple[float, float]: ...
+
+    def lookup(self, spec: Any) -> Any: ...
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -193,6 +195,33 @@ def _load_table(
     return table, linears
 
 
+def _from_table(
+    args: argparse.Namespace, config: ModelConfig, device: str, names: tuple[str, ...] | None
+) -> tuple[dict[str, LinearFn], dict[str, float], dict[str, Any]]:
+    """With ``--table``: its kernels (checked), its predicted matmul shares, and the
+    GEMV tiles of the layer sites ``triton.gemv_decode`` won there (said on
+    stderr); without: nothing of each."""
+    if not args.table:
+        return {}, {}, {}
+    from matprobe.dispatch.layer_tiles import layer_tiles
+
+    table, linears = _load_table(args.table, device, names, Path(args.db) if args.db else None)
+    predicted, why_not = _predict(table, config, args.context, args.dtype)
+    if why_not:
+        print(f"matprobe: warning: {term_safe(why_not)}", file=sys.stderr)
+    tiles, kept = layer_tiles(table, config, context=args.context, dtype=args.dtype)
+    if tiles:
+        chosen = ", ".join(
+            f"{site} {tile.bn}/{tile.bk}/{tile.warps}" for site, tile in tiles.items()
+        )
+        print(f"matprobe: token: the table's triton.gemv_decode tiles (bn/bk/warps) for the "
+              f"layer modes: {chosen}", file=sys.stderr)  # fmt: skip
+        for role, why in kept.items():
+            print(f"matprobe: token: {role}: the token's own tile ({term_safe(why)})",
+                  file=sys.stderr)  # fmt: skip
+    return linears, predicted, tiles
+
+
 def _predict(
     table: DispatchTable, config: ModelConfig, context: int, dtype: str
 ) -> tuple[dict[str, float], str | None]:
@@ -294,13 +323,7 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
     if args.profile and profile_mode.needs_table and not args.table:
         raise MatprobeError(f"--profile-mode {profile_mode.name} needs --table FILE")
 
-    linears: dict[str, LinearFn] = {}
-    predicted: dict[str, float] = {}
-    if args.table:
-        table, linears = _load_table(args.table, device, names, Path(args.db) if args.db else None)
-        predicted, why_not = _predict(table, config, args.context, args.dtype)
-        if why_not:
-            print(f"matprobe: warning: {term_safe(why_not)}", file=sys.stderr)
+    linears, predicted, tiles = _from_table(args, config, device, names)
     selection = select_modes(
         names,
         device_kind=device,
@@ -321,6 +344,7 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
         seed=args.seed,
         linears=linears,
         progress=progress,
+        tiles=tiles,
     )
     read_gbps, ceiling = (None, "")
     if device == "cuda":

@@ -24,6 +24,7 @@ from matprobe.token.floor import ByteFloor
 from matprobe.token.judge import InputDraws, ReplayJudge, keeping, slot_failure, step_inputs
 
 if TYPE_CHECKING:
+    from matprobe.kernels.triton.decode import DecodeTile
     from matprobe.token.fused import DecodeKernels
 from matprobe.token.linear import LinearFn, NoMatmul, torch_linear
 from matprobe.token.modes import BASELINE, PEER_DTYPE, Mode, ModeSelection
@@ -146,6 +147,7 @@ class TokenBench:
         compiler: Compiler = inductor,
         progress: Callable[[str], None] | None = None,
         fused: FusedOps | None = None,
+        tiles: Mapping[str, DecodeTile] | None = None,
     ) -> None:
         if trials < 1:
             raise MatprobeError(f"trials must be at least 1, got {trials}")
@@ -174,6 +176,8 @@ class TokenBench:
         self._decode_kernels: dict[tuple[bool, bool], DecodeKernels] = {}
         #: the eager fused mode's kernels when not triton.gemv_decode's (tests)
         self.fused = fused
+        #: GEMV tiles by site for the triton.gemv_decode modes (a table's winners)
+        self.tiles = dict(tiles or {})
         self._peer: TokenBench | None = None
         extra = embeddings(config, trials - 1, dtype=dtype, device=device, seed=seed + 1)
         self.inputs = [self.weights.x0.clone(), *extra]
@@ -255,7 +259,7 @@ class TokenBench:
             from matprobe.token.fused import DecodeKernels
 
             self._decode_kernels[as_op, pdl] = DecodeKernels(
-                self.weights, self.specs, as_op=as_op, pdl=pdl
+                self.weights, self.specs, as_op=as_op, pdl=pdl, tiles=self.tiles
             )
         return self._decode_kernels[as_op, pdl]
 
