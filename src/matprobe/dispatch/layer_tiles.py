@@ -5,8 +5,15 @@ o_proj+residual, norm+SwiGLU, down+residual, norm+LM head); ``matprobe dispatch`
 exports each site's winner. Where ``triton.gemv_decode`` won a site, its grid
 point is the tile the `layer` and `layer+pdl` tokens launch there
 (``matprobe token --table``), in place of the token's own rule
-(``token.fused.default_tile``). On an H100 the Qwen2.5-0.5B fp16 sites' winners
-gave 524.9 µs a token against 539.2 with the token's own tiles (BENCHMARKS.md).
+(``token.fused.default_tile``), and the sites it lost keep that rule's tile.
+
+Measured on an H100 (BENCHMARKS.md): fed back this way, Qwen2.5-0.5B's fp16
+site winners gave a `layer+pdl` token of 538.5 µs against 539.0 and 539.5 with
+the token's own tiles — the per-site ranking, each kernel timed alone and
+without programmatic dependent launch, did not carry into the token, where
+tiles chosen in a whole token gave 524.5 (``token.fused.MEASURED_TILES``).
+The table is the way back for whatever a run crowns; it is not a speed-up by
+itself.
 """
 
 from __future__ import annotations

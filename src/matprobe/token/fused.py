@@ -40,8 +40,27 @@ WIDE = 2048
 NARROW = 264
 
 
+#: Tiles measured in a whole `layer+pdl` token on an H100, by (outputs, k,
+#: quantized): Qwen2.5-0.5B's sites (benchmarks/layer_tiles.py, BENCHMARKS.md).
+#: With the rule below its fp16 token took 540 µs, with these 524.5; the same
+#: choices made a rule slowed Llama-3.2-1B's (919 → 965 µs), and the per-site
+#: harness winners fed back as a table gave 538.5 — so they stay with the shapes
+#: they were measured on. Q8_0's down: eight warps, 438 → 427 µs.
+MEASURED_TILES = {
+    (1152, 896, False): DecodeTile(4, 512, 4),  # QKV
+    (896, 896, False): DecodeTile(2, 1024, 4),  # o_proj
+    (4864, 896, False): DecodeTile(1, 512, 4),  # gate/up (outputs of each)
+    (896, 4864, False): DecodeTile(1, 1024, 8),  # down
+    (151936, 896, False): DecodeTile(4, 512, 4),  # LM head
+    (896, 4864, True): DecodeTile(1, 1024, 8),  # down, Q8_0
+}
+
+
 def default_tile(n: int, k: int, *, quantized: bool) -> DecodeTile:
-    """The tile for ``n`` outputs of ``k``-long rows, K tiles no wider than k needs."""
+    """The tile for ``n`` outputs of ``k``-long rows, K tiles no wider than k needs
+    (a shape measured in a whole token: :data:`MEASURED_TILES`)."""
+    if (measured := MEASURED_TILES.get((n, k, quantized))) is not None:
+        return measured
     if n < NARROW:
         bn = 4
     elif n < WIDE:
