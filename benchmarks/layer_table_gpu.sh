@@ -16,7 +16,7 @@ for dtype in ${DTYPES:-f16}; do
     --gpus 0 --variants 'triton.gemv_decode' 'torch.matmul' --db "$db" \
     --out "/tmp/layer-run-$dtype" --dispatch "$OUT/tables-$dtype" > /dev/null 2> "/tmp/layer-run-$dtype.err"
   tail -2 "/tmp/layer-run-$dtype.err"
-  table=$(ls "$OUT/tables-$dtype"/*.json | head -1)
+  table=$(ls "$OUT/tables-$dtype"/*-"$dtype".json | head -1)  # not the attention specs' f16 one
   for how in own table own-again; do
     extra=()
     [ "$how" = table ] && extra=(--table "$table" --db "$db")
