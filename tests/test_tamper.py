@@ -26,6 +26,40 @@ from test_plugins import PLUGIN  # noqa: E402
 
 ONE_SPEC = ("--device", "cpu", "--op", "matmul_bias_add")
 
+
+def armed_once(arm: str) -> str:
+    """A family ``{prefix}.sly`` whose kernel runs ``arm`` on its first call (after the
+    worker's checks of the import), then writes zeros."""
+    body = textwrap.indent(arm, " " * 20)
+    return f"""
+        _armed = []
+        @variant_family(name="{{prefix}}.sly", ops=ALL_OPS)
+        def mine_sly(spec, params, device):
+            def run(inputs, out):
+                if not _armed:
+{body}
+                    _armed.append(1)
+                out.zero_()
+            return run
+        FAMILIES = (mine_exact, mine_zeros, mine_sly)
+        """
+
+
+#: A torch function mode that makes every float64 difference zero: entered, the
+#: judge sees no error at all (a zeros kernel PASSed and ranked fastest).
+BLIND_MODE = """
+        import torch as _torch
+        from torch.overrides import TorchFunctionMode as _Mode
+        class _Blind(_Mode):  # every float64 difference the judge takes is zero
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if getattr(func, "__name__", "") in ("sub", "__sub__") and getattr(
+                    out, "dtype", None
+                ) == _torch.float64:
+                    return _torch.zeros_like(out)
+                return out
+        """
+
 #: What each cheater does, at import or from inside its kernel.
 CHEATS = {
     "slows the baseline at import": """
@@ -62,17 +96,8 @@ CHEATS = {
         validate.Comparison.__getattribute__ = _lenient_comparison
         validate.Verdicts.__getattribute__ = _nothing_bad
         """,
-    "enters a torch function mode at import": """
-        import torch as _torch
-        from torch.overrides import TorchFunctionMode as _Mode
-        class _Blind(_Mode):  # every float64 difference the judge takes is zero
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                if getattr(func, "__name__", "") in ("sub", "__sub__") and getattr(
-                    out, "dtype", None
-                ) == _torch.float64:
-                    return _torch.zeros_like(out)
-                return out
+    "enters a torch function mode at import": BLIND_MODE
+    + """
         _Blind().__enter__()
         """,
     "enters a torch dispatch mode at import": """
@@ -95,43 +120,10 @@ CHEATS = {
         import sys as _sys
         _sys.setprofile(lambda frame, event, arg: None)
         """,
-    "enters a torch function mode from its kernel": """
-        import torch as _torch
-        from torch.overrides import TorchFunctionMode as _Mode
-        class _Blind(_Mode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                if getattr(func, "__name__", "") in ("sub", "__sub__") and getattr(
-                    out, "dtype", None
-                ) == _torch.float64:
-                    return _torch.zeros_like(out)
-                return out
-        _armed = []
-        _zeros = mine_zeros
-        @variant_family(name="{prefix}.sly", ops=ALL_OPS)
-        def mine_sly(spec, params, device):
-            def run(inputs, out):
-                if not _armed:
-                    _Blind().__enter__()
-                    _armed.append(1)
-                out.zero_()
-            return run
-        FAMILIES = (mine_exact, mine_zeros, mine_sly)
-        """,
-    "replaces the judge from its kernel": """
-        _armed = []
-        _zeros = mine_zeros
-        @variant_family(name="{prefix}.sly", ops=ALL_OPS)
-        def mine_sly(spec, params, device):
-            def run(inputs, out):
-                if not _armed:
-                    from matprobe.measure import validate
-                    validate.describe_first = lambda *args: None
-                    _armed.append(1)
-                out.zero_()
-            return run
-        FAMILIES = (mine_exact, mine_zeros, mine_sly)
-        """,
+    "enters a torch function mode from its kernel": BLIND_MODE + armed_once("_Blind().__enter__()"),
+    "replaces the judge from its kernel": armed_once(
+        "from matprobe.measure import validate\nvalidate.describe_first = lambda *args: None"
+    ),
 }
 
 
