@@ -6,8 +6,9 @@ every torch call after it — the judge's float64 subtraction included: one that
 returned zeros for float64 differences PASSed a kernel writing zeros, ranked
 faster than anything, with no binding changed. A dispatch mode does the same a
 level lower; a trace or profile function sees (and through frames, can touch)
-every Python call; a garbage-collector callback runs at moments the plugin does
-not choose but can use.
+every Python call. (Threads and garbage-collector callbacks are not counted:
+libraries start and register them honestly — hypothesis registers a callback —
+so a tripwire cannot tell a plugin's from theirs.)
 
 The measuring code installs none of these, so any that is active while a pair is
 measured or judged is foreign. :func:`active_hooks` names them; the tamper
@@ -19,7 +20,6 @@ torch's private stack lengths are not torch functions a mode sees.
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 from typing import Any
@@ -29,13 +29,9 @@ class HookedError(Exception):
     """A foreign hook was active where the judge works: no verdict is taken."""
 
 
-def _state() -> tuple[object, object, int]:
-    """(trace function, profile function, garbage-collector callbacks)."""
-    return (
-        sys.gettrace() or threading.gettrace(),
-        sys.getprofile() or threading.getprofile(),
-        len(gc.callbacks),
-    )
+def _state() -> tuple[object, object]:
+    """(trace function, profile function)."""
+    return (sys.gettrace() or threading.gettrace(), sys.getprofile() or threading.getprofile())
 
 
 #: What was installed when the measuring code was first imported — before any
@@ -54,13 +50,11 @@ def active_hooks() -> list[str]:
             found.append("a torch function mode (active)")
         if torch._C._len_torch_dispatch_stack():
             found.append("a torch dispatch mode (active)")
-    trace, profile, callbacks = _state()
+    trace, profile = _state()
     if trace is not AT_IMPORT[0]:
         found.append("a trace function (sys.settrace)")
     if profile is not AT_IMPORT[1]:
         found.append("a profile function (sys.setprofile)")
-    if callbacks > AT_IMPORT[2]:
-        found.append("a garbage-collector callback (gc.callbacks)")
     return found
 
 
