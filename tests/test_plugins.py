@@ -4,6 +4,7 @@ mistake in a plugin is one line and exit status 2."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import io
 import json
@@ -288,3 +289,81 @@ def test_the_readme_plugin_example_runs(
     (spec,) = json.loads((plugin_dir / "report.json").read_text())["specs"]
     mine = [r for r in spec["results"] if r["family"] in families]
     assert mine and {r["status"] for r in mine} == {"pass"}
+
+
+#: A family with every field a description carries, and a supports check of its own.
+DESCRIBED = """
+from matprobe.measure.variants import variant_family
+
+
+def narrow_only(spec, params, device):
+    if spec.n > 64 * params["bn"]:
+        raise_it = params["bn"] == 3
+        if raise_it:
+            raise RuntimeError("bn 3 never asked")
+        return f"n={spec.n} is wider than {64 * params['bn']}"
+    return None
+
+
+@variant_family(name="desc.gemv", ops=("matmul",), devices=("cpu",), supports=narrow_only,
+                grid={"bn": (1, 2, 3), "pdl": (0, 1), "tag": ("a", None)}, dtypes=("f16",),
+                peer=True, requires=("numpy",), description="described <b>here</b>",
+                activation_quant="int8_block32")
+def desc_gemv(spec, params, device):
+    raise AssertionError("never built where the results are kept")
+
+
+FAMILIES = (desc_gemv,)
+"""
+
+
+def test_the_process_that_keeps_results_learns_a_plugin_as_data(
+    write_plugin: Callable[[str, str], str],
+) -> None:
+    """A child imports the plugin; the parent's copy of each family holds the same
+    fields and variants, answers ``supports`` through the child, refuses to be
+    built, and the plugin module was never imported here."""
+    from matprobe.errors import MatprobeError
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.run.plugin_process import described_registry
+    from matprobe.spec import MatmulSpec
+
+    name = write_plugin("kernels_described", DESCRIBED)
+    described = described_registry(SHIPPED_FACTORY, [name]).family("desc.gemv")
+    assert name not in sys.modules
+    imported = registry_with_plugins(SHIPPED_FACTORY, [name]).family("desc.gemv")
+    for field in dataclasses.fields(imported):
+        if field.name not in ("build", "supports"):
+            assert getattr(described, field.name) == getattr(imported, field.name), field.name
+    assert [v.id for v in described.variants()] == [v.id for v in imported.variants()]
+    assert [v.fingerprint for v in described.variants()] == [
+        v.fingerprint for v in imported.variants()
+    ]
+    cpu = DeviceInfo(kind="cpu", name="test-cpu")
+    for n in (64, 100, 200):
+        spec = MatmulSpec.parse(
+            f"op=matmul | batch=1 | m=1 | n={n} | k=32 | tA=0 | tB=1 | dtype=f16"
+        )
+        for variant_here, variant_there in zip(
+            described.variants(), imported.variants(), strict=True
+        ):
+            if variant_there.param_dict["bn"] == 3 and n > 192:
+                with pytest.raises(MatprobeError, match="supports check raised RuntimeError"):
+                    variant_here.unsupported_reason(spec, cpu)
+                continue
+            assert variant_here.unsupported_reason(spec, cpu) == variant_there.unsupported_reason(
+                spec, cpu
+            )
+    with pytest.raises(MatprobeError, match="built in its own worker"):
+        described.variants()[0].build(spec, cpu)
+
+
+def test_a_grid_value_that_is_not_plain_data_is_a_clear_error(
+    write_plugin: Callable[[str, str], str],
+) -> None:
+    from matprobe.errors import MatprobeError
+    from matprobe.run.plugin_process import described_registry
+
+    name = write_plugin("kernels_odd_grid", DESCRIBED.replace('("a", None)', "(object(),)"))
+    with pytest.raises(MatprobeError, match=r"grid value .* is a object; grid values are"):
+        described_registry(SHIPPED_FACTORY, [name])
