@@ -367,3 +367,22 @@ def test_a_grid_value_that_is_not_plain_data_is_a_clear_error(
     name = write_plugin("kernels_odd_grid", DESCRIBED.replace('("a", None)', "(object(),)"))
     with pytest.raises(MatprobeError, match=r"grid value .* is a object; grid values are"):
         described_registry(SHIPPED_FACTORY, [name])
+
+
+def test_the_plugin_process_ends_with_the_registry_it_describes(
+    write_plugin: Callable[[str, str], str],
+) -> None:
+    """Nothing keeps the child alive but the families it answers for: a long session
+    of runs leaves no idle children behind."""
+    import gc
+
+    from matprobe.run.plugin_process import PluginProcess
+
+    process = PluginProcess([write_plugin("kernels_ending", DESCRIBED)])
+    families = process.families()
+    child = process._child
+    del process
+    assert child.poll() is None  # the families still ask it
+    del families
+    gc.collect()
+    assert child.wait(timeout=10) == 0

@@ -19,11 +19,12 @@ error that says where it runs.
 
 from __future__ import annotations
 
-import atexit
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -126,7 +127,9 @@ class PluginProcess:
         self._replies = os.fdopen(read_replies, encoding="utf-8")
         assert self._child.stdin is not None
         self._requests = self._child.stdin
-        atexit.register(self.close)
+        # The child ends when its registry is dropped (or at exit): nothing here
+        # holds this object alive, so many runs in one process leave no children.
+        self.close = weakref.finalize(self, _end, self._child, self._requests, self._replies)
         first = self._ask({"plugins": list(plugins), "path": list(sys.path)})
         if "error" in first:
             self.close()
@@ -185,14 +188,18 @@ class PluginProcess:
             name=name, build=build, supports=supports, grid=grid, origin=origin, **fields
         )
 
-    def close(self) -> None:
-        if self._child.poll() is None:
-            self._requests.close()
-            try:
-                self._child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._child.kill()
-        self._replies.close()
+
+def _end(child: subprocess.Popen[str], requests: Any, replies: Any) -> None:
+    """Close the child's pipe (it exits at the end of its input) and wait for it."""
+    if child.poll() is None:
+        with contextlib.suppress(OSError):
+            requests.close()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    replies.close()
 
 
 def described_plugin_families(plugins: Sequence[str]) -> Callable[[str], tuple[VariantFamily, ...]]:
