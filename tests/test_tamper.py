@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,6 +121,53 @@ CHEATS = {
         import sys as _sys
         _sys.setprofile(lambda frame, event, arg: None)
         """,
+    # What steers the baseline or the clocks without touching the judge (each PASSed
+    # on 070b365: the snapshot watched neither settings nor the clock's classes).
+    "changes the thread count at import": """
+        torch.set_num_threads(1 if torch.get_num_threads() != 1 else 2)
+        """,
+    "sets a cuBLAS variable at import": """
+        import os
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":0:0"
+        """,
+    "flips a matmul backend flag at import": """
+        _matmul = torch.backends.cuda.matmul
+        _flag = _matmul.allow_fp16_reduced_precision_reduction
+        _matmul.allow_fp16_reduced_precision_reduction = not _flag
+        """,
+    "replaces the CPU clock at import": """
+        import time
+        _now = time.perf_counter
+        time.perf_counter = lambda: _now()
+        """,
+    "slows the device clock's graph replays at import": """
+        import time
+        _replay = torch.cuda.CUDAGraph.replay
+        def _slow_replay(self):
+            time.sleep(0.001)
+            return _replay(self)
+        torch.cuda.CUDAGraph.replay = _slow_replay
+        """,
+    "scales the device clock's events at import": """
+        _elapsed = torch.cuda.Event.elapsed_time
+        torch.cuda.Event.elapsed_time = lambda self, end: 0.5 * _elapsed(self, end)
+        """,
+    "replaces the baseline's builder at import": """
+        import time
+        from matprobe.kernels.peers import torch_ref
+        _build = torch_ref.torch_matmul.build
+        def _slow_build(spec, params, device):
+            kernel = _build(spec, params, device)
+            def slow(inputs, out):
+                time.sleep(0.001)
+                kernel(inputs, out)
+            return slow
+        object.__setattr__(torch_ref.torch_matmul, "build", _slow_build)
+        """,
+    "turns FAIL into pass at import": """
+        from matprobe.measure.results import Status
+        Status.FAIL._value_ = "pass"
+        """,
     "enters a torch function mode from its kernel": BLIND_MODE + armed_once("_Blind().__enter__()"),
     "replaces the judge from its kernel": armed_once(
         "from matprobe.measure import validate\nvalidate.describe_first = lambda *args: None"
@@ -160,8 +208,21 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     in this (the planning) process is put back afterwards."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    for owner, name in ((torch, "matmul"), (torch, "addmm"), (validate, "describe_first")):
+    patched = (
+        (torch, "matmul"),
+        (torch, "addmm"),
+        (validate, "describe_first"),
+        (time, "perf_counter"),
+        (torch.cuda.CUDAGraph, "replay"),
+        (torch.cuda.Event, "elapsed_time"),
+    )
+    for owner, name in patched:
         monkeypatch.setattr(owner, name, getattr(owner, name))
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    settings = (
+        torch.get_num_threads(),
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+    )
     code = validate.describe_first.__code__
     judging_classes = {cls: set(vars(cls)) for cls in (validate.Comparison, validate.Verdicts)}
     monkeypatch.setattr(builtins, "max", builtins.max)
@@ -173,6 +234,9 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     while torch._C._len_torch_dispatch_stack():
         torch.utils._python_dispatch._pop_mode()
     validate.describe_first.__code__ = code
+    torch.set_num_threads(settings[0])
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = settings[1]
+    Status.FAIL._value_ = "fail"
     for cls, names in judging_classes.items():  # a method a cheater added
         for added in set(vars(cls)) - names:
             delattr(cls, added)
@@ -193,11 +257,37 @@ def write(folder: Path, name: str, cheat: str) -> str:
 def test_a_plugin_that_patches_the_judge_or_the_baseline_gets_no_verdict(
     here: Path, cheat: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    assert_no_verdict(here, cheat, "cpu")
+    capsys.readouterr()
+
+
+#: The cheats whose target only a card has: its clock's graphs and events, cuBLAS.
+ON_A_CARD = (
+    "slows the device clock's graph replays at import",
+    "scales the device clock's events at import",
+    "sets a cuBLAS variable at import",
+    "flips a matmul backend flag at import",
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("cheat", ON_A_CARD)
+def test_on_a_card_a_plugin_steering_the_clock_or_cublas_gets_no_verdict(
+    here: Path, cheat: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert_no_verdict(here, cheat, "cuda")
+    capsys.readouterr()
+
+
+def assert_no_verdict(here: Path, cheat: str, device: str) -> None:
+    """``matprobe run`` of the cheater's plugin beside the baseline on ``device``:
+    none of its rows passes, its tampered rows say why, and the baseline's own row
+    (measured in a process that never imported the plugin) passes."""
     name = write(here, "evil_kernels", CHEATS[cheat])
     db = here / "r.sqlite"
-    argv = ["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*", "torch.*"]
-    main(argv)
-    capsys.readouterr()
+    spec = ("--device", device, "--op", "matmul_bias_add")
+    main(["run", "--plugin", name, *spec, "--db", str(db), "--variants", "evil.*", "torch.*"])
     with ResultStore(db, read_only=True) as store:
         rows = {r.variant_id: r for r in store.results()}
     # At import: every row of the plugin; from a kernel: that kernel's row on (a
@@ -207,7 +297,6 @@ def test_a_plugin_that_patches_the_judge_or_the_baseline_gets_no_verdict(
     assert evil and not any(r.status is Status.PASS for r in evil.values()), evil
     tampered = [r for r in evil.values() if r.error_kind is ErrorKind.TAMPER]
     assert tampered and all("in the process that measured it" in r.reason for r in tampered)
-    # The shipped baseline's own row ran in a process that never imported the plugin.
     base = rows["torch.matmul/default"]
     assert base.status is Status.PASS and not any(name in path for path in base.sources)
 
@@ -272,6 +361,54 @@ def test_plugin_code_never_runs_in_the_process_that_keeps_the_results(
     assert "evil.sly/default" not in rows or rows["evil.sly/default"].status is not Status.PASS
 
 
+#: Writes a message of the worker's own protocol down its pipe from its kernel: a
+#: result for another pair, or one that is not a result. On 070b365 either ended
+#: the whole run with a traceback (the parent trusted the index and the record).
+WRITES_TO_ITS_PIPE = """
+        import gc, json
+        from multiprocessing.connection import Connection
+        @variant_family(name="{prefix}.sly", ops=ALL_OPS)
+        def mine_sly(spec, params, device):
+            def run(inputs, out):
+                for conn in [o for o in gc.get_objects() if isinstance(o, Connection)]:
+                    try:
+                        conn.send_bytes(MESSAGE.encode())
+                    except Exception:
+                        pass
+                out.copy_(exact(inputs))
+            return run
+        FAMILIES = (mine_exact, mine_sly)
+        """
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        '["done", 999, {}]',
+        '["done", 0, {"status": "pass"}]',
+        '["idle"]',
+    ],
+    ids=["another pair's result", "not a result", "idle mid-pair"],
+)
+def test_a_kernel_writing_to_its_workers_pipe_ends_the_worker_not_the_run(
+    here: Path, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The parent reads its workers' messages in turn: a result for the pair in
+    flight, checked to be that pair's. Anything else ends the worker, its pair in
+    flight an ERROR; the run goes on and keeps every other row. (A plugin that
+    writes a whole forged result for its own pair is beyond this check: only a
+    judge in a process of its own closes that; README says so.)"""
+    name = write(here, "noisy_kernels", WRITES_TO_ITS_PIPE.replace("MESSAGE", repr(message)))
+    db = here / "r.sqlite"
+    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*"])
+    capsys.readouterr()
+    with ResultStore(db, read_only=True) as store:
+        rows = {r.variant_id: r for r in store.results()}
+    sly = rows["evil.sly/default"]
+    assert sly.status is Status.ERROR and "broke its protocol" in sly.reason, sly.reason
+    assert rows["evil.exact/default"].status is Status.PASS
+
+
 def test_a_kernel_that_empties_its_judges_fails_on_the_count(
     here: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -326,6 +463,51 @@ def test_a_snapshot_sees_a_replaced_function_and_a_swapped_body() -> None:
     assert changed(snapshot) == []
     module.judge = lambda x: True  # another function
     assert changed(snapshot) == ["m.judge"]
+
+
+def test_a_snapshot_sees_a_setting_a_family_and_an_enum_member_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What steers the baseline without rebinding a watched name: a setting, a
+    family's builder or a registry entry, the value an enumeration member carries."""
+    import dataclasses
+    import enum
+    import types
+
+    from matprobe.kernels.catalogue import shipped_registry
+    from matprobe.measure.tamper import worker_objects
+    from matprobe.measure.variants import Registry
+
+    module = types.ModuleType("matprobe.verdicts_here")
+    exec("import enum\nclass Verdict(enum.Enum):\n    FAIL = 'fail'\n", module.__dict__)
+    module.Verdict.__module__ = module.__name__
+    registry = {"now": shipped_registry()}
+    snapshot = Snapshot.take(
+        [("matprobe.verdicts_here", module)], extra=lambda: worker_objects(registry["now"])
+    )
+
+    def changed() -> list[str]:
+        return snapshot.changed([("matprobe.verdicts_here", module)])
+
+    assert changed() == []
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0")
+    assert changed() == ["$CUBLAS_WORKSPACE_CONFIG set to ':0:0'"]
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        assert changed() == [f"torch.get_num_threads() changed from {threads} to {threads + 1}"]
+    finally:
+        torch.set_num_threads(threads)
+    member: enum.Enum = module.Verdict.FAIL
+    member._value_ = "pass"
+    assert changed() == ["matprobe.verdicts_here.Verdict.<members>"]
+    member._value_ = "fail"
+    baseline = registry["now"].family("torch.matmul")
+    slow = dataclasses.replace(baseline, build=lambda spec, params, device: None)
+    families = [slow if f is baseline else f for f in registry["now"].families()]
+    registry["now"] = Registry(families)  # the entry replaced by a look-alike
+    assert changed() == ["family torch.matmul.build"]
 
 
 def test_measuring_changes_nothing_the_snapshot_watches() -> None:

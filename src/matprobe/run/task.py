@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from matprobe.measure.results import PairResult
 from matprobe.measure.variants import SHIPPED_FACTORY, Registry, Variant, registry_with_plugins
 from matprobe.spec import MatmulSpec
 
@@ -55,3 +56,18 @@ def task_from_data(data: TaskData, registry: Registry) -> Task:
 def load_registry(factory: str = SHIPPED_FACTORY, plugins: Sequence[str] = ()) -> Registry:
     """``"package.module:function"`` (and the plugin modules) → the run's Registry."""
     return registry_with_plugins(factory, plugins)
+
+
+def result_of(task: Task, message: tuple[Any, ...]) -> PairResult | None:
+    """The result a worker's ``("done", index, result)`` message gives for ``task``
+    (the pair in flight), or None when it gives none: another pair's, or not a
+    result — plugin code writing to its worker's pipe. (A worker that breaks its
+    protocol is ended; its pair in flight gets an ERROR.)"""
+    if len(message) != 3 or message[1] != task.index:
+        return None
+    try:
+        result = PairResult.from_dict(message[2])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    same = (result.spec_key, result.variant_id) == (task.spec.key(), task.variant.id)
+    return result if same else None

@@ -14,14 +14,15 @@ A worker rebuilds the run's registry from what it is sent — the factory
 string and the plugin module names (:func:`~matprobe.measure.variants.registry_with_plugins`,
 the same call the parent made) — and imports no family module by itself.
 
-The pipe between them carries, parent to child, one item's tasks at a time
-with the run and the device they are measured for (``("item", run_id, device,
-payload)``: the process may start before either is known) and ``None`` to stop; child to parent
-``("ready", pid, peaks, clocks)`` once set up (``peaks``: the card's ceilings when
-asked to measure them, else None; ``clocks``: the card's clock state before the
-process loaded it), ``("start", index)`` and ``("done", index, result)`` per pair,
-``("idle",)`` at the end of an item, ``("exit", why)`` before a deliberate exit
-(a poisoned CUDA context) and ``("fatal", traceback)``.
+The pipe carries, parent to child, one item's tasks at a time with the run and
+the device they are measured for (``("item", run_id, device, payload)``: the
+process may start before either is known) and ``None`` to stop; child to parent,
+as JSON, ``("ready", pid, peaks, clocks)`` once set up (``peaks``: the card's
+ceilings when asked, else None; ``clocks``: the card's clock state before the
+process loaded it), ``("start", index)`` and ``("done", index, result)`` per pair
+— in turn, the result that pair's, or the process is ended as broken —
+``("idle",)`` after an item, ``("exit", why)`` before a deliberate exit (a
+poisoned CUDA context) and ``("fatal", traceback)``.
 
 The child's side is :mod:`~matprobe.run.worker_process`; what a task is, and
 what of it is sent, :mod:`~matprobe.run.task`.
@@ -46,7 +47,7 @@ from matprobe.measure.pair import PairContext, error_result
 from matprobe.measure.results import ErrorKind, PairResult
 from matprobe.measure.timing import TimingPolicy
 from matprobe.measure.variants import SHIPPED_FACTORY, SHIPPED_ORIGIN
-from matprobe.run.task import Task, task_data
+from matprobe.run.task import Task, result_of, task_data
 from matprobe.run.worker_process import _worker_main
 
 #: Seconds a fresh worker may take to import torch/triton before it says it is ready.
@@ -105,10 +106,7 @@ class _StopsOnExit:
         return self
 
     def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if exc is None:
             self.close()
@@ -338,16 +336,18 @@ class Worker(_StopsOnExit):
             deadline = time.monotonic() + self.timeout_s
             while True:
                 message = self._next_message(deadline, cancel)
-                if message[0] == "start":
+                if message[0] == "start" and current is None and message[1] in remaining:
                     current, started = remaining[message[1]], True
                     deadline = time.monotonic() + self.timeout_s
                     on_start(current)
-                elif message[0] == "done":
-                    finish(remaining[message[1]], PairResult.from_dict(message[2]))
+                elif message[0] == "done" and current and (result := result_of(current, message)):
+                    finish(current, result)
                     current = None
-                elif message[0] == "idle":
+                elif message[0] == "idle" and current is None:
                     return True
                 else:
+                    if message[0] in ("start", "done", "idle"):  # out of turn, or not a result
+                        message = ("fatal", f"the worker broke its protocol: {message!r:.120}")
                     break
         code = self._reap(kill=message is LATE or message is CANCELLED)
         if message is CANCELLED:

@@ -25,8 +25,8 @@ from matprobe.measure.pair import (
 )
 from matprobe.measure.results import ErrorKind, PairResult
 from matprobe.measure.timing import TimingPolicy, gpu_clock_state
-from matprobe.measure.variants import Registry, import_ref
-from matprobe.run.task import Task, TaskData, load_registry, task_from_data
+from matprobe.measure.variants import Registry, import_ref, resolve_factory, with_plugins
+from matprobe.run.task import Task, TaskData, task_from_data
 
 
 def _worker_main(
@@ -46,14 +46,18 @@ def _worker_main(
         # imports a plugin (the parent, still importing torch, cannot name the card
         # to nvidia-smi yet).
         clocks = gpu_clock_state(index) if kind == "cuda" else {}
-        # What the judge and the baseline run, as matprobe and torch define it,
-        # before any plugin is imported (matprobe.measure.tamper).
-        from matprobe.measure.tamper import Snapshot
+        # What the judge and the baseline run, as matprobe and torch define it —
+        # matprobe's families loaded, the settings as this process set them, and
+        # the pipe it answers on — before any plugin is imported
+        # (matprobe.measure.tamper). The snapshot reads ``registry`` again at each
+        # comparison: by then it holds the plugins' families too.
+        from matprobe.measure.tamper import Snapshot, worker_objects
 
-        snapshot = Snapshot.take()
+        registry = resolve_factory(factory)
+        snapshot = Snapshot.take(extra=lambda: worker_objects(registry, conn))
         # A plugin found in the parent's current directory is found here too
-        # (registry_with_plugins puts the working directory on sys.path).
-        registry = load_registry(factory, plugins)
+        # (with_plugins puts the working directory on sys.path).
+        registry = with_plugins(registry, plugins)
         # This card's ceilings, measured here while the other cards' workers start
         # and measure theirs: no card waits for another's sweep. A process that chose
         # its device itself measures a card's ceilings only if it found a card.
