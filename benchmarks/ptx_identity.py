@@ -261,20 +261,22 @@ def attention_cases() -> Iterator[Case]:
 
 def decode_cases() -> Iterator[Case]:
     def one(dt: str, q8: bool, norm: bool, swiglu: bool, c0: bool, bias: bool, n: int,
-            k: int, bn: int, bk: int, w: int) -> Case:  # fmt: skip
+            k: int, bn: int, bk: int, w: int, pdl: bool = False) -> Case:  # fmt: skip
         p = FLOAT_DTYPES[dt]
         # Absent operands are the output itself (never read).
         scales = Ptr("fp16") if q8 else Ptr(p)
         gain = Ptr(p)
         config = {"dt": dt, "q8": int(q8), "norm": int(norm), "swiglu": int(swiglu),
                   "c0": int(c0), "bias": int(bias), "n": n, "k": k, "bn": bn, "bk": bk,
-                  "w": w}  # fmt: skip
+                  "w": w, "pdl": int(pdl)}  # fmt: skip
         args = [Ptr(p), Ptr("i8") if q8 else Ptr(p), scales, gain, Ptr(p), Ptr(p), Ptr(p),
                 n, k, n if swiglu else 0, k, k // 32 if q8 else 0, 1.0, 1.0, 1e-6]  # fmt: skip
         constants = {"Q8": q8, "NORM": norm, "SWIGLU": swiglu, **_flags(c0, bias),
                      "BLOCK_N": bn, "BLOCK_K": bk, "K_TILES": -(-k // bk),
                      "EVEN_K": k % bk == 0, "EVEN": k % bk == 0 and n % bn == 0,
                      "NB": bk // 32 if q8 else 1, "num_warps": w}  # fmt: skip
+        if pdl:
+            constants.update(PDL=True, launch_pdl=True)
         return _case("_decode_kernels", "decode_gemv_kernel", config, args, constants)
 
     for dt, q8 in (("f16", False), ("bf16", False), ("f16", True)):
@@ -285,6 +287,9 @@ def decode_cases() -> Iterator[Case]:
             yield one(dt, q8, norm, False, True, False, 896, 4864, 2, 1024, 8)  # down
             yield one(dt, q8, norm, False, False, False, 1152, 1024, 1, 1024, 8)  # even
             yield one(dt, q8, norm, True, False, False, 1000, 1024, 4, 512, 8)  # ragged rows
+            # the `layer+pdl` token: the first tile (gate and up) read before the wait
+            yield one(dt, q8, norm, True, False, False, 4864, 896, 4, 512, 4, pdl=True)
+            yield one(dt, q8, norm, False, True, False, 896, 4864, 2, 1024, 8, pdl=True)
 
 
 # ---- triton.gemv_q8, triton.gemv_q8_int8dot ---------------------------------------------

@@ -328,6 +328,42 @@ def test_device_info(tmp_path: Path) -> None:
         assert store.get_device_info("h200") == {"copy_gbps": 4250.0}
 
 
+@pytest.mark.parametrize(
+    ("table", "column", "read", "what"),
+    [
+        ("devices", "info", lambda s, run: s.get_device_info("h100"), "info for device h100"),
+        ("run_reports", "record", lambda s, run: s.run_report(run), "report of run 1"),
+        ("runs", "environment", lambda s, run: s.runs(), "environment of run 1"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("stored", "said"), [("{", "unreadable {}"), ("[1]", "{} is not an object")]
+)
+def test_a_stored_object_that_is_not_one_is_a_corrupt_store(
+    tmp_path: Path,
+    table: str,
+    column: str,
+    read: Callable[[ResultStore, int], object],
+    what: str,
+    stored: str,
+    said: str,
+) -> None:
+    """Device info, a run's report and its environment are JSON objects: text that
+    is not JSON, or JSON that is not an object, says which one is corrupt."""
+    path = tmp_path / "r.sqlite"
+    with ResultStore(path) as store:
+        run = store.start_run("x", {})
+        store.put_device_info("h100", {"copy_gbps": 3020.0})
+        store.put_run_report(run, {"sections": []})
+    conn = sqlite3.connect(path)
+    with conn:  # commits
+        conn.execute(f"UPDATE {table} SET {column} = ?", (stored,))
+    conn.close()
+    with ResultStore(path) as store, pytest.raises(StoreError) as raised:
+        read(store, run)
+    assert str(raised.value) == f"{path} is corrupt: {said.format(what)}"
+
+
 # --- durability and concurrency --------------------------------------------
 
 

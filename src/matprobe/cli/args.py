@@ -87,6 +87,20 @@ def _add_spec_source(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_store(
+    p: argparse.ArgumentParser, what: str = "result store", names: tuple[str, ...] = ("--db",)
+) -> None:
+    """The result store's option, ``--db FILE``: ``what`` says what the command does
+    with the store, ``names`` are the flags it goes by (the first names the
+    attribute). The default it states, ``matprobe.run.store.default_store_path``'s,
+    is written here once."""
+    p.add_argument(
+        *names,
+        metavar="FILE",
+        help=f"{what} (default $MATPROBE_DB or ~/.cache/matprobe/results.sqlite)",
+    )
+
+
 def _add_plugin(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--plugin",

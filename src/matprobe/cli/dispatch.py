@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from matprobe.cli.args import _add_store
 from matprobe.errors import MatprobeError
 from matprobe.safetext import term_safe
 
@@ -68,11 +69,7 @@ def register(sub: Any) -> None:
         "device, versions, policy and family fingerprints, so a table from another card "
         "or from changed kernels is refused when loaded (matprobe.dispatch.load).",
     )
-    p.add_argument(
-        "--db",
-        metavar="FILE",
-        help="result store (default $MATPROBE_DB or ~/.cache/matprobe/results.sqlite)",
-    )
+    _add_store(p)
     p.add_argument("--run", type=int, metavar="N", help="the run (default: the latest)")
     p.add_argument("--out", required=True, metavar="DIR", help="where the tables go")
     p.add_argument(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from matprobe.cli.args import WIDE_HELP
+from matprobe.cli.args import WIDE_HELP, _add_store
 from matprobe.errors import MatprobeError
 
 EXIT_OK = 0
@@ -246,17 +246,6 @@ def cmd_history(args: argparse.Namespace, out: TextIO) -> int:
 # ---- wiring ------------------------------------------------------------------------
 
 
-def _add_store(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--store",
-        "--db",
-        dest="store",
-        metavar="FILE",
-        help="result store, opened read-only (default $MATPROBE_DB or "
-        "~/.cache/matprobe/results.sqlite)",
-    )
-
-
 def register(subparsers: Any) -> None:
     """Add ``report``, ``compare`` and ``history`` to ``matprobe``'s subcommands."""
     p = subparsers.add_parser(
@@ -273,7 +262,7 @@ def register(subparsers: Any) -> None:
         help="N (run N of --store), STORE:N, STORE (its latest run) or a report's JSON "
         "export (report.json[.gz]); default: the latest run of --store",
     )
-    _add_store(p)
+    _add_store(p, "result store, opened read-only", ("--store", "--db"))
     p.add_argument("--format", choices=FORMATS, default="text", help="what to print (text)")
     p.add_argument("--out", metavar="DIR", help="also write every form there")
     p.add_argument("--wide", action="store_true", help=WIDE_HELP)
@@ -293,7 +282,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("a", metavar="A", help="N, STORE:N, STORE (its latest run) or report.json")
     p.add_argument("b", metavar="B", help="N, STORE:N, STORE (its latest run) or report.json")
-    _add_store(p)
+    _add_store(p, "result store, opened read-only", ("--store", "--db"))
     p.add_argument("--format", choices=FORMATS, default="text", help="what to print (text)")
     p.add_argument("--out", metavar="DIR", help="also write compare.{txt,md,json,html} there")
     p.add_argument(
@@ -318,7 +307,7 @@ def register(subparsers: Any) -> None:
         description="Every run in the store (device, date, versions, policy, status, pairs); "
         "with --spec, that spec's best validated variant and baseline in each run.",
     )
-    _add_store(p)
+    _add_store(p, "result store, opened read-only", ("--store", "--db"))
     p.add_argument(
         "--spec",
         metavar="KEY",

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from matprobe.cli.args import WIDE_HELP, _add_plugin, _add_spec_source, positive, seed
+from matprobe.cli.args import WIDE_HELP, _add_plugin, _add_spec_source, _add_store, positive, seed
 from matprobe.cli.common import (
     _check_ops,
     _check_writable_dir,
@@ -224,11 +224,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--manifest", metavar="FILE", help="replace the default manifest")
     p.add_argument("--force", action="store_true", help="re-run pairs that are cached")
-    p.add_argument(
-        "--db",
-        metavar="FILE",
-        help="result store (default $MATPROBE_DB or ~/.cache/matprobe/results.sqlite)",
-    )
+    _add_store(p)
     p.add_argument("--out", metavar="DIR", help="write report.{txt,md,json,csv,html} there")
     p.add_argument("--wide", action="store_true", help=WIDE_HELP)
     p.add_argument(

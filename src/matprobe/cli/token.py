@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from matprobe.cli.args import positive
+from matprobe.cli.args import _add_store, positive
 from matprobe.errors import MatprobeError
 from matprobe.safetext import term_safe
 
@@ -113,12 +113,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--table", metavar="FILE", help="a dispatch table (matprobe dispatch) for the table modes"
     )
-    p.add_argument(
-        "--db",
-        metavar="FILE",
-        help="the result store whose verdicts --table's winners must match (default "
-        "$MATPROBE_DB or ~/.cache/matprobe/results.sqlite)",
-    )
+    _add_store(p, "the result store whose verdicts --table's winners must match")
     p.add_argument(
         "--profile",
         metavar="FILE",

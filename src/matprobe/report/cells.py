@@ -175,20 +175,15 @@ def _failure_lines(section: SpecSection) -> list[str]:
 
 
 def _notes(section: SpecSection) -> list[str]:
-    seen: dict[str, list[str]] = {}
-    for row in section.rows:
-        for note in row.result.clocks.notes:
-            seen.setdefault(note, []).append(row.result.variant_id)
-    return [f"  note: {note} ({', '.join(ids)})" for note, ids in seen.items()]
+    by_note = section.variants_by_note()
+    return [f"  note: {note} ({', '.join(ids)})" for note, ids in by_note.items()]
 
 
 def _unsupported_line(section: SpecSection) -> str:
     if not section.unsupported:
         return ""
-    grouped: dict[str, list[str]] = {}
-    for variant_id, reason in section.unsupported:
-        grouped.setdefault(reason, []).append(variant_id)
-    text = "; ".join(f"{len(ids)} × {reason}" for reason, ids in grouped.items())
+    by_reason = section.unsupported_by_reason()
+    text = "; ".join(f"{len(ids)} × {reason}" for reason, ids in by_reason.items())
     return f"  unsupported (not failures): {text}"
 
 

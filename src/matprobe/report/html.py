@@ -188,12 +188,9 @@ def _summary(report: Report) -> list[str]:
 def _unsupported(section: SpecSection) -> str:
     if not section.unsupported:
         return ""
-    grouped: dict[str, list[str]] = {}
-    for variant_id, reason in section.unsupported:
-        grouped.setdefault(reason, []).append(variant_id)
     items = "".join(
         f"<li>{len(ids)} × {esc(reason)}: <code>{esc(', '.join(ids))}</code></li>"
-        for reason, ids in grouped.items()
+        for reason, ids in section.unsupported_by_reason().items()
     )
     return (
         f"<details><summary>{len(section.unsupported)} unsupported pairs (not failures)"

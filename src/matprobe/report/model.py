@@ -115,6 +115,22 @@ class SpecSection:
     def best_row(self) -> Row | None:
         return next((r for r in self.rows if r.result.variant_id == self.best_id), None)
 
+    def variants_by_note(self) -> dict[str, list[str]]:
+        """Each clock note of the rows, first seen first, with the variants that carry
+        it: a note repeated on many rows is said once by every rendering."""
+        by_note: dict[str, list[str]] = {}
+        for row in self.rows:
+            for note in row.result.clocks.notes:
+                by_note.setdefault(note, []).append(row.result.variant_id)
+        return by_note
+
+    def unsupported_by_reason(self) -> dict[str, list[str]]:
+        """Each reason a pair is unsupported, first seen first, with its variants."""
+        by_reason: dict[str, list[str]] = {}
+        for variant_id, reason in self.unsupported:
+            by_reason.setdefault(reason, []).append(variant_id)
+        return by_reason
+
     @property
     def best_ratio(self) -> Ratio | None:
         """The best variant's interleaved ratio to the baseline, if it was measured."""

@@ -234,11 +234,7 @@ def _cited_lines(
     section: SpecSection, notes: _Citations, reasons: _Citations, width: int
 ) -> list[str]:
     lines = []
-    by_note: dict[str, list[str]] = {}
-    for row in section.rows:
-        for note in row.result.clocks.notes:
-            by_note.setdefault(note, []).append(row.result.variant_id)
-    if by_note:
+    if by_note := section.variants_by_note():
         cited = [f"{notes.cite(n, len(ids))} {', '.join(ids)}" for n, ids in by_note.items()]
         lines += wrap_at(cited, "; ", width, "  notes: ", "    ")
     if section.unsupported:

@@ -16,6 +16,12 @@ from matprobe.token.timing import KernelCount
 from matprobe.token.validate import LogitError, Tolerance
 
 
+def _median(samples: list[float]) -> float | None:
+    """The median of a mode's samples (of an even count, the mean of the middle two);
+    None when it has none."""
+    return float(np.median(np.asarray(samples))) if samples else None
+
+
 @dataclass
 class ModeResult:
     """One mode's row: its validation and its samples (µs, one a round)."""
@@ -47,9 +53,7 @@ class ModeResult:
     @property
     def latency_us(self) -> float | None:
         """The median of one replay after a sync (CUDA only)."""
-        if not self.latency_samples_us:
-            return None
-        return float(np.median(np.asarray(self.latency_samples_us)))
+        return _median(self.latency_samples_us)
 
     @property
     def median_us(self) -> float | None:
@@ -63,20 +67,19 @@ class ModeResult:
     @property
     def share_us(self) -> float | None:
         """The matmul share: the median paired difference to the twin."""
-        if not self.share_samples_us:
-            return None
-        return float(np.median(np.asarray(self.share_samples_us)))
+        return _median(self.share_samples_us)
 
     @property
     def share_is_noise(self) -> bool:
         """A share whose 95 % interval holds 0 or lies below it is noise, not a figure
         (a token whose matmuls cost less than its rounds' spread: ``-19657.3 µs`` was
         printed as one)."""
-        samples = self.share_samples_us
-        if not samples:
+        share = self.share_us
+        if share is None:
             return False
+        samples = self.share_samples_us
         if len(samples) < 6:  # too few for an interval: the sign of the median decides
-            return float(np.median(np.asarray(samples))) <= 0
+            return share <= 0
         from matprobe.stats import median_ci
 
         return median_ci(samples)[1] <= 0

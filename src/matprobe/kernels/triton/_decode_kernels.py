@@ -155,21 +155,17 @@ def decode_gemv_kernel(  # type: ignore[no-untyped-def]
                 x = x * tl.load(gain_ptr + ks).to(tl.float32)
             else:
                 x = x * tl.load(gain_ptr + ks, mask=ks < k, other=0.0).to(tl.float32)
-        # (constexpr ifs, so nested: with PDL the first tile was read before the wait)
-        if PDL:
-            if t == 0:
-                g_tile, dg_tile = g_first, dg_first
-            else:
-                g_tile, dg_tile = load_tile(g_rows, dg_rows, ks, blocks, mask_n, k, Q8, EVEN)
+        # With PDL the first tile was read before the wait. (PDL and t are constexprs:
+        # the condition folds, and without PDL the branch that names g_first is never
+        # compiled.)
+        if PDL and t == 0:
+            g_tile, dg_tile = g_first, dg_first
         else:
             g_tile, dg_tile = load_tile(g_rows, dg_rows, ks, blocks, mask_n, k, Q8, EVEN)
         acc_g += tile_products(g_tile, dg_tile, x, Q8, BLOCK_N, NB)
         if SWIGLU:
-            if PDL:
-                if t == 0:
-                    u_tile, du_tile = u_first, du_first
-                else:
-                    u_tile, du_tile = load_tile(u_rows, du_rows, ks, blocks, mask_n, k, Q8, EVEN)
+            if PDL and t == 0:
+                u_tile, du_tile = u_first, du_first
             else:
                 u_tile, du_tile = load_tile(u_rows, du_rows, ks, blocks, mask_n, k, Q8, EVEN)
             acc_u += tile_products(u_tile, du_tile, x, Q8, BLOCK_N, NB)

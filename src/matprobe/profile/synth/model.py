@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from matprobe.errors import MatprobeError
+from matprobe.profile.models import MODELS
 
 
 class SynthError(MatprobeError, ValueError):
@@ -38,13 +39,16 @@ BAD_CATEGORIES: Final[tuple[str, ...]] = (
     "missing_field",
 )
 
-# Qwen2.5-0.5B (DESIGN.md §2).
-HIDDEN: Final = 896
-INTERMEDIATE: Final = 4864
-HEADS: Final = 14
-KV_HEADS: Final = 2
-HEAD_DIM: Final = 64
-VOCAB: Final = 151936
+# The model the synthetic engine decodes, Qwen2.5-0.5B (DESIGN.md §2): its sizes
+# come from the model table, not a second copy of the published config. (The
+# shapes in :mod:`.shapes` stay written out: they are the answer key.)
+_QWEN: Final = MODELS["qwen2.5-0.5b"]
+HIDDEN: Final = _QWEN.hidden
+INTERMEDIATE: Final = _QWEN.intermediate
+HEADS: Final = _QWEN.heads
+KV_HEADS: Final = _QWEN.kv_heads
+HEAD_DIM: Final = _QWEN.head_dim
+VOCAB: Final = _QWEN.vocab
 
 _Q8_BYTES_PER_WEIGHT: Final = 34 / 32
 _START_EPOCH_S: Final = calendar.timegm((2025, 11, 3, 14, 0, 0, 0, 0, 0))

@@ -6,6 +6,7 @@ is built on)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -193,6 +194,17 @@ class StoreFile:
         if self._conn is None:
             raise ValueError(f"result store {self.path} is closed")
         return self._conn
+
+    def _stored_object(self, text: str, what: str) -> dict[str, Any]:
+        """The JSON object the store keeps as ``text`` (``what``: which one, for the
+        message); anything else means the store is corrupt."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise StoreError(f"{self.path} is corrupt: unreadable {what}") from exc
+        if not isinstance(data, dict):
+            raise StoreError(f"{self.path} is corrupt: {what} is not an object")
+        return data
 
     @contextmanager
     def _sqlite(self, action: str) -> Iterator[sqlite3.Connection]:

@@ -289,12 +289,4 @@ class ResultStore(RunLog):
             row = conn.execute("SELECT info FROM devices WHERE device = ?", (device,)).fetchone()
         if row is None:
             return None
-        try:
-            info = json.loads(row[0])
-        except ValueError as exc:
-            raise StoreError(
-                f"{self.path} is corrupt: unreadable info for device {device}"
-            ) from exc
-        if not isinstance(info, dict):
-            raise StoreError(f"{self.path} is corrupt: info for device {device} is not an object")
-        return info
+        return self._stored_object(row[0], f"info for device {device}")

@@ -123,12 +123,7 @@ class RunLog(StoreFile):
             ).fetchall()
         out = []
         for run_id, started, finished, status, command, env in rows:
-            try:
-                environment = json.loads(env)
-            except ValueError as exc:
-                raise StoreError(
-                    f"{self.path} is corrupt: unreadable environment of run {run_id}"
-                ) from exc
+            environment = self._stored_object(env, f"environment of run {run_id}")
             if status == "running" and owner_alive(environment.get(OWNER_KEY) or {}) is False:
                 status = ABANDONED
             out.append(RunRecord(int(run_id), started, finished, status, command, environment))
@@ -197,10 +192,4 @@ class RunLog(StoreFile):
             ).fetchone()
         if row is None:
             return None
-        try:
-            record = json.loads(row[0])
-        except ValueError as exc:
-            raise StoreError(f"{self.path} is corrupt: unreadable report of run {run_id}") from exc
-        if not isinstance(record, dict):
-            raise StoreError(f"{self.path} is corrupt: the report of run {run_id} is not an object")
-        return record
+        return self._stored_object(row[0], f"report of run {run_id}")
