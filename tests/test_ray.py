@@ -106,6 +106,38 @@ def test_a_ray_run_stores_the_rows_a_plain_run_stores(cluster: RayCluster, tmp_p
     assert outcome.fresh == 6 and len(outcome.results) == 6 and not outcome.elsewhere
 
 
+def test_a_ray_worker_never_imports_a_plugin(cluster: RayCluster, tmp_path: Path) -> None:
+    """What a Ray task returns travels by Ray's pickling, so the Ray worker that
+    makes it imports no plugin: a child of it describes the plugin's families, and
+    the plugin's kernels run in the process that measures them, answering in
+    JSON. (On e3d7673 the Ray worker imported every plugin of the run.)"""
+    from matprobe.run.plugin_process import described_registry
+
+    logs = ray_variants.folder()
+    for marker in logs.glob("plugin-imported-*"):
+        marker.unlink()
+    plugins = ("ray_plugin",)
+    variant = described_registry(FACTORY, plugins).family("rayplugin.exact").variants()[0]
+    with ResultStore(tmp_path / "ray.db") as store:
+        plan = make_plan([spec(5)], [variant], cluster.device, FAST, store)
+        run_id = store.start_run("t", {})
+        execute(
+            plan,
+            store,
+            cluster.device,
+            FAST,
+            run_id=run_id,
+            factory=FACTORY,
+            plugins=plugins,
+            timeout_s=60,
+            ray=cluster,
+        )
+        (row,) = store.results()
+    assert row.status is Status.PASS, row.reason
+    imported = sorted(marker.name for marker in logs.glob("plugin-imported-*"))
+    assert imported == ["plugin-imported-elsewhere"]
+
+
 def test_a_killed_ray_worker_costs_only_its_pair_which_runs_again(
     cluster: RayCluster, tmp_path: Path
 ) -> None:

@@ -49,7 +49,8 @@ from matprobe.measure.device import DeviceInfo
 from matprobe.measure.pair import PairContext, error_result
 from matprobe.measure.results import ErrorKind, PairResult
 from matprobe.measure.timing import TimingPolicy
-from matprobe.run.task import Task, TaskData, load_registry, task_data, task_from_data
+from matprobe.run.plugin_process import described_registry
+from matprobe.run.task import Task, TaskData, task_data, task_from_data
 from matprobe.run.worker import OnResult, OnStart, WorkerSet
 
 #: Times Ray runs a pair again after the Ray worker measuring it died.
@@ -328,7 +329,10 @@ def _keep(setup: Setup) -> _Kept:
             run_id=setup.run_id,
             timeout_s=setup.timeout_s,
         ),
-        load_registry(setup.factory, setup.plugins),
+        # The plugins imported in a child of this Ray worker only (and in the
+        # measuring processes): what this process returns through Ray's pickling
+        # was never in reach of plugin code.
+        described_registry(setup.factory, setup.plugins),
         f"{node}/cuda:{','.join(gpus)}" if gpus else f"{node}/cpu",
     )
     return _kept

@@ -1,16 +1,15 @@
 """A pair to measure (:class:`Task`), and what of it crosses a process
 boundary: plain data (:data:`TaskData`), never family objects — the process
 that measures it rebuilds the variants from the run's registry, itself rebuilt
-from the factory string and the plugin module names (:func:`load_registry`)."""
+from the factory string and the plugin module names."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from matprobe.measure.results import PairResult
-from matprobe.measure.variants import SHIPPED_FACTORY, Registry, Variant, registry_with_plugins
+from matprobe.measure.variants import Registry, Variant
 from matprobe.spec import MatmulSpec
 
 
@@ -51,11 +50,6 @@ def task_from_data(data: TaskData, registry: Registry) -> Task:
         resolve(candidate),
         None if baseline is None else resolve(baseline),
     )
-
-
-def load_registry(factory: str = SHIPPED_FACTORY, plugins: Sequence[str] = ()) -> Registry:
-    """``"package.module:function"`` (and the plugin modules) → the run's Registry."""
-    return registry_with_plugins(factory, plugins)
 
 
 def result_of(task: Task, message: tuple[Any, ...]) -> PairResult | None:
