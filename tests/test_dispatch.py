@@ -427,6 +427,39 @@ def test_token_refuses_a_table_whose_winners_the_store_never_judged(
     assert "1 winner(s) without a verdict" in err and "the store holds no result of it" in err
 
 
+def test_a_tables_plugin_that_tampers_leaves_the_token_without_a_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """``token --table`` imports the table's plugins and runs their kernels in the
+    process that judges the token: the tamper snapshot taken before the import is
+    compared after the token, and a change (here a cuBLAS variable set at import)
+    makes the command fail, its figures no verdict. (On e3d7673 it exited 0.)"""
+    import sys
+    import textwrap
+
+    from test_plugins import PLUGIN
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # put back as it was
+    cheat = 'import os\nos.environ["CUBLAS_WORKSPACE_CONFIG"] = ":0:0"\n'
+    plugin = textwrap.dedent(PLUGIN).replace("{prefix}", "tok") + cheat
+    (tmp_path / "steering_plugin.py").write_text(plugin, encoding="utf-8")
+    base = Entry(AWKWARD, "torch.matmul", {}, "torch.matmul/default", 4.0, 4.0, 1.0)
+    from matprobe.measure.device import detect
+
+    here = detect("cpu")
+    table_for([base], device=here, plugins=("steering_plugin",)).write(tmp_path / "t.json")
+    argv = ["token", "--small", "--device", "cpu", "--modes", "eager+table", "--table", "t.json"]
+    try:
+        code = main([*argv, "--db", str(tmp_path / "none.sqlite")], out=io.StringIO())
+    finally:
+        sys.modules.pop("steering_plugin", None)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "$CUBLAS_WORKSPACE_CONFIG set to ':0:0'" in err and "no verdict" in err
+
+
 # ---- the layer's tiles -------------------------------------------------------------
 
 

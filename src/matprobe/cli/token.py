@@ -21,6 +21,7 @@ from matprobe.errors import MatprobeError
 from matprobe.safetext import term_safe
 
 if TYPE_CHECKING:
+    from matprobe.measure.tamper import Snapshot
     from matprobe.profile.models import ModelConfig
     from matprobe.token.bench import TokenBench
     from matprobe.token.linear import LinearFn
@@ -166,13 +167,17 @@ def _device(requested: str | None) -> str:
 
 def _load_table(
     path: str, device: str, modes: tuple[str, ...] | None, db: Path | None
-) -> tuple[DispatchTable, dict[str, LinearFn]]:
+) -> tuple[DispatchTable, dict[str, LinearFn], Snapshot | None]:
     """The table and its kernels, eager and as custom ops, checked against this
     device (a table from another card or of changed kernels is a usage error) and
     against the verdicts in the store ``db``: a table is a file anyone can write,
-    so a winner without a stored PASS, from the code installed now, never runs."""
+    so a winner without a stored PASS, from the code installed now, never runs.
+    When the table names plugins, which this process then imports and runs, the
+    tamper snapshot taken before that (:mod:`matprobe.measure.tamper`): compared
+    after the token, any change leaves its figures without a verdict."""
     from matprobe.dispatch import custom_op_linear, load_table, table_linear, unjudged_entries
     from matprobe.measure.device import detect
+    from matprobe.measure.tamper import Snapshot
     from matprobe.run.store import default_store_path
 
     info = detect(device)
@@ -184,23 +189,26 @@ def _load_table(
             f"--table {term_safe(path)}: {len(problems)} winner(s) without a verdict in "
             f"{term_safe(str(store))}: " + "; ".join(term_safe(p) for p in problems[:3]) + more
         )
+    snapshot = Snapshot.take() if table.plugins else None
     linears: dict[str, LinearFn] = {"table": table_linear(table, info)}
     if modes is None or "compile+table" in modes:
         linears["table-op"] = custom_op_linear(table, info)
-    return table, linears
+    return table, linears, snapshot
 
 
 def _from_table(
     args: argparse.Namespace, config: ModelConfig, device: str, names: tuple[str, ...] | None
-) -> tuple[dict[str, LinearFn], dict[str, float], dict[str, Any]]:
-    """With ``--table``: its kernels (checked), its predicted matmul shares, and the
+) -> tuple[dict[str, LinearFn], dict[str, float], dict[str, Any], Snapshot | None]:
+    """With ``--table``: its kernels (checked), its predicted matmul shares, the
     GEMV tiles of the layer sites ``triton.gemv_decode`` won there (said on
-    stderr); without: nothing of each."""
+    stderr), and the tamper snapshot taken before its plugins were imported (None:
+    it names none); without: nothing of each."""
     if not args.table:
-        return {}, {}, {}
+        return {}, {}, {}, None
     from matprobe.dispatch.layer_tiles import layer_tiles
 
-    table, linears = _load_table(args.table, device, names, Path(args.db) if args.db else None)
+    db = Path(args.db) if args.db else None
+    table, linears, snapshot = _load_table(args.table, device, names, db)
     predicted, why_not = _predict(table, config, args.context, args.dtype)
     if why_not:
         print(f"matprobe: warning: {term_safe(why_not)}", file=sys.stderr)
@@ -214,7 +222,7 @@ def _from_table(
         for role, why in kept.items():
             print(f"matprobe: token: {role}: the token's own tile ({term_safe(why)})",
                   file=sys.stderr)  # fmt: skip
-    return linears, predicted, tiles
+    return linears, predicted, tiles, snapshot
 
 
 def _predict(
@@ -296,6 +304,7 @@ def _write_profile(
 
 
 def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
+    from matprobe.measure.tamper import describe
     from matprobe.profile.models import get_model
     from matprobe.token.bench import TokenBench
     from matprobe.token.floor import measure_read_ceiling
@@ -318,7 +327,7 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
     if args.profile and profile_mode.needs_table and not args.table:
         raise MatprobeError(f"--profile-mode {profile_mode.name} needs --table FILE")
 
-    linears, predicted, tiles = _from_table(args, config, device, names)
+    linears, predicted, tiles, snapshot = _from_table(args, config, device, names)
     selection = select_modes(
         names,
         device_kind=device,
@@ -362,6 +371,9 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
         _write_profile(args, bench, profile_mode, device, progress)
 
     problems = _problems(token, args.strict)
+    if snapshot is not None and (changed := snapshot.changed()):
+        why = describe(changed)
+        problems.append(f"the table's plugins: {why}; the token's figures are no verdict")
     for problem in problems:
         print(f"matprobe: {term_safe(problem)}", file=sys.stderr)
     return EXIT_FAILED if problems else 0

@@ -248,3 +248,10 @@ def worker_objects(registry: Any, conn: Any = None) -> Iterator[tuple[str, Any]]
         yield f"family {family.name}", family
     if conn is not None:
         yield "the worker's pipe", conn
+
+
+def describe(changed: list[str]) -> str:
+    """A tamper report's words for what :meth:`Snapshot.changed` found (the first
+    four, then how many more)."""
+    shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
+    return f"{shown}: replaced or installed in the process that measured it"

@@ -24,6 +24,7 @@ from matprobe.measure.pair import (
     measure_pair_safely,
 )
 from matprobe.measure.results import ErrorKind, PairResult
+from matprobe.measure.tamper import describe
 from matprobe.measure.timing import TimingPolicy, gpu_clock_state
 from matprobe.measure.variants import Registry, import_ref, resolve_factory, with_plugins
 from matprobe.run.task import Task, TaskData, task_from_data
@@ -161,8 +162,7 @@ def _measure_item(
 
 
 def _tampered(task: Task, ctx: PairContext, changed: Sequence[str]) -> PairResult:
-    shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")
-    why = f"{shown}: replaced or installed in the process that measured it; no verdict is taken"
+    why = f"{describe(list(changed))}; no verdict is taken"
     return error_result(task.spec, task.variant, ctx, ErrorKind.TAMPER, why)
 
 
