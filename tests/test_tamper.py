@@ -164,6 +164,15 @@ CHEATS = {
             return slow
         object.__setattr__(torch_ref.torch_matmul, "build", _slow_build)
         """,
+    "loosens the judge's bounds at import": """
+        from matprobe.measure import validate
+        validate.NORM_ACCUMULATION = validate.ELEMENT_ACCUMULATION = 1e12
+        """,
+    "raises the unit roundoffs in place at import": """
+        from matprobe.measure import validate
+        for dtype in list(validate.UNIT_ROUNDOFF):
+            validate.UNIT_ROUNDOFF[dtype] = 1e6
+        """,
     "turns FAIL into pass at import": """
         from matprobe.measure.results import Status
         Status.FAIL._value_ = "pass"
@@ -223,6 +232,8 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         torch.get_num_threads(),
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
     )
+    accumulation = validate.NORM_ACCUMULATION, validate.ELEMENT_ACCUMULATION
+    roundoff = dict(validate.UNIT_ROUNDOFF)
     code = validate.describe_first.__code__
     judging_classes = {cls: set(vars(cls)) for cls in (validate.Comparison, validate.Verdicts)}
     monkeypatch.setattr(builtins, "max", builtins.max)
@@ -237,6 +248,8 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     torch.set_num_threads(settings[0])
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = settings[1]
     Status.FAIL._value_ = "fail"
+    validate.NORM_ACCUMULATION, validate.ELEMENT_ACCUMULATION = accumulation
+    validate.UNIT_ROUNDOFF.update(roundoff)
     for cls, names in judging_classes.items():  # a method a cheater added
         for added in set(vars(cls)) - names:
             delattr(cls, added)

@@ -27,7 +27,9 @@ the pipe's classes (their bases too); the set of names of each such class and of
 ``torch.Tensor`` (a method *added* to one, a ``__getattribute__`` say, counts);
 the families of the registry the worker measures with (an entry replaced, or a
 family's builder); the members of matprobe's enumerations (a FAIL whose value
-reads ``"pass"``); and the settings that steer the baseline without rebinding
+reads ``"pass"``); the value of every constant of a matprobe module (an
+upper-case name bound to plain data: the judge's bounds, its unit roundoffs);
+and the settings that steer the baseline without rebinding
 anything (:mod:`matprobe.measure.process_state`: thread counts, backend flags,
 library environment variables). What is not: changes below Python (a C
 extension patching memory), or state that is not a binding (a tensor's values —
@@ -42,11 +44,12 @@ from __future__ import annotations
 
 import enum
 import importlib
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import CodeType, FunctionType, ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from matprobe.measure.fingerprint import measurement_sources
 from matprobe.measure.hooks import active_hooks
@@ -124,9 +127,24 @@ def watched_namespaces() -> Iterator[tuple[str, Any]]:
                 yield f"{module_name}.{class_name}[{base.__qualname__}]", base
 
 
+class _Constant(NamedTuple):
+    """A matprobe module's constant as text: its value, not its identity, is what
+    the judge reads (a dict of unit roundoffs changed in place keeps its id)."""
+
+    text: str
+
+
+#: A matprobe module's constants: public upper-case names bound to plain data.
+_CONSTANT_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+_PLAIN_DATA = (int, float, str, bytes, bool, type(None), tuple, frozenset, list, dict, set)
+
+
 def _identity(value: Any) -> tuple[int, ...]:
     """What changes when a binding is replaced or a function's body is swapped (for
-    a class's set of names: when a name is added or removed)."""
+    a class's set of names: when a name is added or removed; for a constant: when
+    its value changes)."""
+    if isinstance(value, _Constant):
+        return (hash(value.text),)
     if isinstance(value, frozenset):
         return (hash(value),)
     if isinstance(value, FunctionType):
@@ -149,7 +167,13 @@ def _bindings(name: str, namespace: Any) -> Iterator[tuple[str, Any]]:
     each callable one."""
     if not isinstance(namespace, ModuleType):
         yield f"{name}.<names>", _method_names(namespace)
+    mine = isinstance(namespace, ModuleType) and name.startswith("matprobe.")
     for attr, value in _names(namespace).items():
+        if mine and isinstance(value, _PLAIN_DATA) and _CONSTANT_NAME.fullmatch(attr):
+            # The judge's bounds are data: ELEMENT_ACCUMULATION set to 1e12 at
+            # import PASSed a kernel writing zeros. (Underscored state such as a
+            # cache is rebound by honest code; a constant never is.)
+            yield f"{name}.{attr}", _Constant(repr(value))
         if not callable(value):
             continue
         yield f"{name}.{attr}", value
