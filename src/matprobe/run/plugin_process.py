@@ -26,6 +26,7 @@ import subprocess
 import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from matprobe.errors import MatprobeError
@@ -117,11 +118,16 @@ class PluginProcess:
 
     def __init__(self, plugins: Sequence[str]) -> None:
         read_replies, write_replies = os.pipe()
+        # The child finds this very matprobe wherever the parent found it (a
+        # relative PYTHONPATH, then a chdir, would lose it); its sys.path follows.
+        here = str(Path(__file__).resolve().parents[2])
+        path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
         self._child = subprocess.Popen(
             [sys.executable, "-m", "matprobe.run.plugin_process", str(write_replies)],
             stdin=subprocess.PIPE,
             pass_fds=(write_replies,),
             text=True,
+            env={**os.environ, "PYTHONPATH": path},
         )
         os.close(write_replies)
         self._replies = os.fdopen(read_replies, encoding="utf-8")
