@@ -523,6 +523,23 @@ def test_a_snapshot_sees_a_setting_a_family_and_an_enum_member_changed(
     assert changed() == ["family torch.matmul.build"]
 
 
+def test_a_watched_class_and_a_base_of_the_same_name_are_both_watched() -> None:
+    """torch.cuda.Event derives from torch.Event: named by their short names alike,
+    the base's methods hid the class's, and an ``elapsed_time`` replaced at import
+    PASSed on an H100."""
+    from matprobe.measure.tamper import class_namespaces
+
+    base = type("Event", (), {"elapsed_time": lambda self, end: 1.0, "__module__": "lib"})
+    event = type(
+        "Event", (base,), {"elapsed_time": lambda self, end: 2.0, "__module__": "lib.cuda"}
+    )
+    snapshot = Snapshot.take(list(class_namespaces("clock", event)))
+    event.elapsed_time = lambda self, end: 0.5  # type: ignore[attr-defined]
+    assert snapshot.changed(list(class_namespaces("clock", event))) == [
+        "clock[lib.cuda.Event].elapsed_time"
+    ]
+
+
 def test_measuring_changes_nothing_the_snapshot_watches() -> None:
     """No false alarm: a pair measured by matprobe's own code leaves every watched
     binding as it was."""

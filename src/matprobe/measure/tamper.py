@@ -123,8 +123,15 @@ def watched_namespaces() -> Iterator[tuple[str, Any]]:
         module_name, _, class_name = ref.partition(":")
         cls = getattr(sys.modules.get(module_name), class_name, None)
         if isinstance(cls, type):
-            for base in cls.__mro__[:-1]:  # not ``object``
-                yield f"{module_name}.{class_name}[{base.__qualname__}]", base
+            yield from class_namespaces(f"{module_name}.{class_name}", cls)
+
+
+def class_namespaces(label: str, cls: type) -> Iterator[tuple[str, type]]:
+    """``cls`` and its bases but ``object``, each named in full: torch.cuda.Event's
+    bases include torch.Event, and under one short name the second hid the first's
+    methods (a plugin's ``elapsed_time`` went unseen on an H100)."""
+    for base in cls.__mro__[:-1]:
+        yield f"{label}[{base.__module__}.{base.__qualname__}]", base
 
 
 class _Constant(NamedTuple):
