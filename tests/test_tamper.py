@@ -293,6 +293,46 @@ def test_on_a_card_a_plugin_steering_the_clock_or_cublas_gets_no_verdict(
     capsys.readouterr()
 
 
+#: Puts a slower kernel into the worker's cache of built baselines from its builder:
+#: no binding changes. On the CPU of c7320ff it ranked an exact copy of the baseline
+#: 0.55× of it; on a card the baseline's own row of the run now shows it up.
+PREFILLS_THE_BASELINE_CACHE = """
+        import time
+        from matprobe.measure import pair as _pair
+        from matprobe.kernels.peers.torch_ref import torch_matmul as _cublas
+        @variant_family(name="{prefix}.copy", ops=ALL_OPS, devices=("cpu", "cuda"))
+        def copy_of_baseline(spec, params, device):
+            baseline = _cublas.build(spec, params, device)
+            def slow(inputs, out):
+                torch.cuda._sleep(20_000)
+                baseline(inputs, out)
+            _pair._baselines[(spec.key(), "torch.matmul/default")] = slow
+            return _cublas.build(spec, params, device)
+        FAMILIES = (copy_of_baseline,)
+        """
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("cheat", ["", PREFILLS_THE_BASELINE_CACHE], ids=["honest", "cheat"])
+def test_on_a_card_a_plugins_ratio_stands_only_beside_a_baseline_as_fast_as_alone(
+    here: Path, cheat: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = write(here, "beside_kernels", cheat)
+    db = here / "r.sqlite"
+    spec = ("--device", "cuda", "--op", "matmul")
+    main(["run", "--plugin", name, *spec, "--db", str(db), "--variants", "evil.*", "torch.*"])
+    capsys.readouterr()
+    with ResultStore(db, read_only=True) as store:
+        rows = [r for r in store.results() if r.variant_id.startswith("evil.")]
+    assert rows
+    for row in rows:
+        if cheat:
+            assert row.error_kind is ErrorKind.TAMPER and "slower beside this kernel" in row.reason
+        elif row.variant_id == "evil.exact/default":  # float64 on the card: no false alarm
+            assert row.status is Status.PASS, row.reason
+
+
 def assert_no_verdict(here: Path, cheat: str, device: str) -> None:
     """``matprobe run`` of the cheater's plugin beside the baseline on ``device``:
     none of its rows passes, its tampered rows say why, and the baseline's own row

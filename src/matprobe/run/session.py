@@ -31,6 +31,7 @@ from matprobe.report.build import build_report, early_launch_note
 from matprobe.report.model import Report
 from matprobe.report.progress import run_progress
 from matprobe.report.stored_report import save_report
+from matprobe.run.beside import hold_to_reference, with_reference_rows
 from matprobe.run.executors import adopt_workers, early_places, start_workers
 from matprobe.run.manifest import (
     OFF_FAMILY_RULE,
@@ -354,6 +355,8 @@ class RunSession:
                     f"(its cheapest); {aside} pairs on other specs not validated "
                     "(--every-point validates every spec and grid point)"
                 )
+        interleaved = {op: baseline_variant(b, self.registry) for op, b in baselines.items()}
+        plan = with_reference_rows(plan, interleaved, device)
         print(
             f"matprobe: {source}: {len(specs)} specs × {len(variants)} variants on "
             f"{device.name} ({device.kind}); {plan.summary()}",
@@ -370,14 +373,12 @@ class RunSession:
             plugins=self.plugins,
             timeout_s=options.timeout_s,
             progress=progress,
-            baselines={
-                op: baseline_variant(target_id, self.registry)
-                for op, target_id in baselines.items()
-            },
+            baselines=interleaved,
             slots=target.slots,
             ray=cluster,
             workers=workers,
         )
+        hold_to_reference(outcome, interleaved, store)
         if target.local_cuda:
             # Each card's clock before its worker loaded it, as the worker read it.
             found = {f"cuda:{w.place.index}": w.clocks_before for w in workers}

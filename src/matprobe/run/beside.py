@@ -1,0 +1,117 @@
+"""The baseline timed beside a plugin's kernel, held to the baseline timed alone.
+
+A plugin's candidates are timed round by round against the baseline in the
+plugin's own worker, so the ratio's denominator is measured in a process the
+plugin's code ran in. The tamper snapshot catches a plugin that rebinds what the
+baseline runs or changes a setting; it cannot see one that changes matprobe's
+state — tried on c7320ff: a builder that put a slower kernel into the
+worker's cache of built baselines (``pair._baselines``) had an exact copy of
+the baseline ranked 0.55× of it. Whatever slows the baseline in that process,
+the same run also times the baseline in a process that never imported a plugin
+(its own row), and there, honest candidates leave it alone: on an H100 the
+baseline beside 441 shipped candidates of the default job ran within +1.0 % of
+its own row of the same run (BENCHMARKS.md, seventeenth session).
+
+So on a CUDA card: every spec with a plugin candidate to run has its baseline's
+own row measured in the same run (:func:`with_reference_rows`, even where the
+store holds one: a row of another run may come from another card, which differs
+by a few per cent), and a plugin's row whose baseline ran more than
+:data:`SLOWER_LIMIT` slower beside it than alone becomes an ERROR
+(:func:`hold_to_reference`). The CPU's wall clock, shared with whatever else
+runs on the host, is too loose for this check, which is not made there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.results import ErrorKind, PairResult, Status
+from matprobe.measure.variants import Variant
+from matprobe.run.runner import PairState, Plan, PlannedPair, RunOutcome
+from matprobe.run.store import ResultKey, ResultStore
+
+#: How much slower the baseline may run beside a plugin's candidate than in its own
+#: row of the same run (honest shipped candidates: at most +1.0 % on an H100).
+SLOWER_LIMIT = 0.03
+
+#: Why a baseline pair the store holds runs again.
+REFERENCE = "the reference for a plugin's ratios"
+
+
+def with_reference_rows(
+    plan: Plan, baselines: Mapping[str, Variant | None], device: DeviceInfo
+) -> Plan:
+    """``plan`` with the baseline's own pair to run on every spec that has a plugin
+    candidate to run (added when the plan lacks it) — on a CUDA card; elsewhere
+    ``plan`` itself."""
+    if device.kind != "cuda":
+        return plan
+    wanted = {
+        p.spec.key(): p.spec
+        for p in plan.of(PairState.RUN)
+        if p.variant.family.is_plugin and baselines.get(p.spec.kind) is not None
+    }
+    pairs: list[PlannedPair] = []
+    covered: set[str] = set()
+    for pair in plan.pairs:
+        base = baselines.get(pair.spec.kind)
+        if base is not None and pair.variant.id == base.id and pair.spec.key() in wanted:
+            covered.add(pair.spec.key())
+            if pair.state is PairState.CACHED:
+                pair = dataclasses.replace(pair, state=PairState.RUN, reason=REFERENCE, cached=None)
+        pairs.append(pair)
+    for key, spec in wanted.items():
+        base = baselines[spec.kind]
+        if key not in covered and base is not None:
+            result_key = ResultKey(
+                key, base.id, base.fingerprint, device.fingerprint, _policy_of(plan, key)
+            )
+            pairs.append(PlannedPair(spec, base, PairState.RUN, REFERENCE, key=result_key))
+    return Plan(pairs)
+
+
+def _policy_of(plan: Plan, spec_key: str) -> str:
+    """The policy fingerprint the plan's pairs of ``spec_key`` are keyed under."""
+    return next(p.key.policy for p in plan.pairs if p.key is not None and p.spec.key() == spec_key)
+
+
+def hold_to_reference(
+    outcome: RunOutcome, baselines: Mapping[str, Variant | None], store: ResultStore
+) -> list[str]:
+    """Every plugin row of ``outcome`` whose baseline ran more than
+    :data:`SLOWER_LIMIT` slower beside it than in the baseline's own row of this
+    run made an ERROR (in ``outcome`` and in ``store``); their variant ids."""
+    flagged = []
+    for pair in outcome.plan.of(PairState.RUN):
+        base = baselines.get(pair.spec.kind)
+        found = outcome.results.get((pair.spec.key(), pair.variant.id))
+        reference = outcome.results.get((pair.spec.key(), base.id)) if base else None
+        if not pair.variant.family.is_plugin or found is None or reference is None:
+            continue
+        if why := _slowed(found, reference):
+            row = dataclasses.replace(
+                found, status=Status.ERROR, error_kind=ErrorKind.TAMPER, reason=why
+            )
+            outcome.results[(pair.spec.key(), pair.variant.id)] = row
+            store.put(row)
+            flagged.append(pair.variant.id)
+    return flagged
+
+
+def _slowed(found: PairResult, reference: PairResult) -> str | None:
+    """Why ``found``'s ratio cannot stand (its baseline ran slower beside it than in
+    ``reference``, the baseline's own row), or None."""
+    ratio, alone = found.clocks.vs_baseline, reference.clocks.device
+    if found.status is not Status.PASS or ratio is None or alone is None:
+        return None
+    slower = ratio.baseline_us / alone.median_us - 1.0
+    if slower <= SLOWER_LIMIT:
+        return None
+    return (
+        f"tamper: the baseline ran {slower:.1%} slower beside this kernel "
+        f"({ratio.baseline_us:.2f} µs) than in its own row of this run "
+        f"({alone.median_us:.2f} µs, a process that never imported the plugin; "
+        f"honest kernels: within {SLOWER_LIMIT:.0%}); no ratio is taken"
+    )

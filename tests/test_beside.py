@@ -1,0 +1,119 @@
+"""The baseline timed beside a plugin's kernel, held to its own row of the same run
+(``run/beside.py``). On c7320ff a plugin whose builder put a slower kernel into
+the worker's cache of built baselines had an exact copy of the baseline ranked
+0.55× of it: no binding changed, so the tamper snapshot saw nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
+
+import fake_variants
+from matprobe.kernels.peers.torch_ref import torch_matmul
+from matprobe.measure.device import DeviceInfo
+from matprobe.measure.results import (
+    Clocks,
+    ClockStats,
+    ErrorKind,
+    ErrorMetrics,
+    PairResult,
+    Ratio,
+    Status,
+)
+from matprobe.measure.timing import TimingPolicy
+from matprobe.run.beside import (
+    REFERENCE,
+    SLOWER_LIMIT,
+    hold_to_reference,
+    with_reference_rows,
+)
+from matprobe.run.runner import PairState, Plan, PlannedPair, RunOutcome
+from matprobe.run.store import ResultKey, ResultStore
+from matprobe.spec import MatmulSpec
+
+CUDA = DeviceInfo(kind="cuda", name="test GPU", capability=(9, 0))
+CPU = DeviceInfo(kind="cpu", name="test CPU")
+POLICY = TimingPolicy()
+SPEC = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=96 | k=72 | tA=0 | tB=1 | dtype=f16")
+BASE = torch_matmul.variants()[0]
+SHIPPED = fake_variants.fake_exact.variants()[0]
+PLUGIN = dataclasses.replace(SHIPPED, family=dataclasses.replace(
+    fake_variants.fake_exact, name="mine.exact", origin="my_kernels"
+))  # fmt: skip
+BASELINES = {"matmul": BASE}
+
+
+def key(variant: object, device: DeviceInfo = CUDA) -> ResultKey:
+    vid, fp = variant.id, variant.fingerprint  # type: ignore[attr-defined]
+    return ResultKey(SPEC.key(), vid, fp, device.fingerprint, POLICY.fingerprint)
+
+
+def planned(variant: object, state: PairState, device: DeviceInfo = CUDA) -> PlannedPair:
+    return PlannedPair(SPEC, variant, state, key=key(variant, device))  # type: ignore[arg-type]
+
+
+def row(variant: object, median_us: float, baseline_us: float | None = None) -> PairResult:
+    """A PASS row timed at ``median_us``, its baseline beside it at ``baseline_us``."""
+    ratio = None
+    if baseline_us is not None:
+        r = median_us / baseline_us
+        ratio = Ratio(BASE.id, r, r * 0.99, r * 1.01, 20, baseline_us)
+    stats = ClockStats(median_us, median_us * 0.99, median_us * 1.01, (median_us,) * 5)
+    k = key(variant)
+    return PairResult(
+        spec_key=k.spec_key, variant_id=k.variant_id, family=variant.family.name,  # type: ignore[attr-defined]
+        params={}, fingerprint=k.fingerprint, device=k.device, policy=k.policy,
+        status=Status.PASS, metrics=ErrorMetrics(1e-4, 1e-4, 1e-4, 0, 5e-4, 1e-3, 3),
+        clocks=Clocks(device=stats, vs_baseline=ratio),
+    )  # fmt: skip
+
+
+def test_a_plugin_candidate_on_a_card_has_its_baselines_own_row_measured_in_the_run() -> None:
+    cached = Plan([planned(PLUGIN, PairState.RUN), planned(BASE, PairState.CACHED)])
+    (_, base) = with_reference_rows(cached, BASELINES, CUDA).pairs
+    assert base.state is PairState.RUN and base.reason == REFERENCE
+    absent = with_reference_rows(Plan([planned(PLUGIN, PairState.RUN)]), BASELINES, CUDA)
+    assert [(p.variant.id, p.state) for p in absent.pairs] == [
+        (PLUGIN.id, PairState.RUN),
+        (BASE.id, PairState.RUN),
+    ]
+    assert absent.pairs[1].key == key(BASE)
+    # No plugin, or no card (the CPU's wall clock is too loose): the plan as it was.
+    shipped = Plan([planned(SHIPPED, PairState.RUN), planned(BASE, PairState.CACHED)])
+    assert with_reference_rows(shipped, BASELINES, CUDA) == shipped
+    on_cpu = Plan([planned(PLUGIN, PairState.RUN, CPU), planned(BASE, PairState.CACHED, CPU)])
+    assert with_reference_rows(on_cpu, BASELINES, CPU) == on_cpu
+
+
+@pytest.mark.parametrize(
+    ("slower", "flagged"),
+    [(0.0, False), (SLOWER_LIMIT * 0.9, False), (SLOWER_LIMIT * 1.1, True), (0.8, True)],
+)
+def test_a_plugin_row_whose_baseline_ran_slower_beside_it_is_an_error(
+    tmp_path: Path, slower: float, flagged: bool
+) -> None:
+    plan = Plan([planned(PLUGIN, PairState.RUN), planned(SHIPPED, PairState.RUN),
+                 planned(BASE, PairState.RUN)])  # fmt: skip
+    beside = 10.0 * (1 + slower)
+    results = {
+        (SPEC.key(), PLUGIN.id): row(PLUGIN, 9.0, beside),
+        # a shipped family's worker never imported the plugin: not held to it
+        (SPEC.key(), SHIPPED.id): row(SHIPPED, 9.0, beside),
+        (SPEC.key(), BASE.id): row(BASE, 10.0),
+    }
+    outcome = RunOutcome(run_id=1, plan=plan, results=dict(results))
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        assert hold_to_reference(outcome, BASELINES, store) == ([PLUGIN.id] if flagged else [])
+        stored = {r.variant_id: r for r in store.results()}
+    mine = outcome.results[(SPEC.key(), PLUGIN.id)]
+    assert outcome.results[(SPEC.key(), SHIPPED.id)].status is Status.PASS
+    if flagged:
+        assert mine.status is Status.ERROR and mine.error_kind is ErrorKind.TAMPER
+        assert f"{slower:.1%} slower beside this kernel" in mine.reason
+        assert stored[PLUGIN.id] == mine
+    else:
+        assert mine.status is Status.PASS and not stored
