@@ -15,15 +15,7 @@ pytest.importorskip("torch", reason="the harness needs torch (CPU build is enoug
 import fake_variants
 from matprobe.kernels.peers.torch_ref import torch_matmul
 from matprobe.measure.device import DeviceInfo
-from matprobe.measure.results import (
-    Clocks,
-    ClockStats,
-    ErrorKind,
-    ErrorMetrics,
-    PairResult,
-    Ratio,
-    Status,
-)
+from matprobe.measure.results import ErrorKind, PairResult, Status
 from matprobe.measure.timing import TimingPolicy
 from matprobe.run.beside import (
     REFERENCE,
@@ -34,6 +26,7 @@ from matprobe.run.beside import (
 from matprobe.run.runner import PairState, Plan, PlannedPair, RunOutcome
 from matprobe.run.store import ResultKey, ResultStore
 from matprobe.spec import MatmulSpec
+from stored_runs import passed
 
 CUDA = DeviceInfo(kind="cuda", name="test GPU", capability=(9, 0))
 CPU = DeviceInfo(kind="cpu", name="test CPU")
@@ -58,18 +51,8 @@ def planned(variant: object, state: PairState, device: DeviceInfo = CUDA) -> Pla
 
 def row(variant: object, median_us: float, baseline_us: float | None = None) -> PairResult:
     """A PASS row timed at ``median_us``, its baseline beside it at ``baseline_us``."""
-    ratio = None
-    if baseline_us is not None:
-        r = median_us / baseline_us
-        ratio = Ratio(BASE.id, r, r * 0.99, r * 1.01, 20, baseline_us)
-    stats = ClockStats(median_us, median_us * 0.99, median_us * 1.01, (median_us,) * 5)
-    k = key(variant)
-    return PairResult(
-        spec_key=k.spec_key, variant_id=k.variant_id, family=variant.family.name,  # type: ignore[attr-defined]
-        params={}, fingerprint=k.fingerprint, device=k.device, policy=k.policy,
-        status=Status.PASS, metrics=ErrorMetrics(1e-4, 1e-4, 1e-4, 0, 5e-4, 1e-3, 3),
-        clocks=Clocks(device=stats, vs_baseline=ratio),
-    )  # fmt: skip
+    vid = variant.id  # type: ignore[attr-defined]
+    return passed(SPEC, vid, [median_us] * 5, run_id=1, baseline_us=baseline_us)
 
 
 def test_a_plugin_candidate_on_a_card_has_its_baselines_own_row_measured_in_the_run() -> None:
