@@ -441,7 +441,10 @@ def test_a_tables_plugin_that_tampers_leaves_the_token_without_a_verdict(
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # put back as it was
+    # Recorded, so that what the plugin sets is put back as it was (a delenv of an
+    # unset name records nothing, and the variable leaked into later tests).
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     cheat = 'import os\nos.environ["CUBLAS_WORKSPACE_CONFIG"] = ":0:0"\n'
     plugin = textwrap.dedent(PLUGIN).replace("{prefix}", "tok") + cheat
     (tmp_path / "steering_plugin.py").write_text(plugin, encoding="utf-8")

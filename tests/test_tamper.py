@@ -227,7 +227,8 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     )
     for owner, name in patched:
         monkeypatch.setattr(owner, name, getattr(owner, name))
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")  # recorded: put back as it was
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
     settings = (
         torch.get_num_threads(),
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,

@@ -803,7 +803,10 @@ def test_asking_for_cuda_without_a_gpu_is_a_usage_error(capsys: pytest.CaptureFi
 
 
 class FakeTable:
-    """What the token asks of matprobe.dispatch's table: its prediction."""
+    """What the token asks of matprobe.dispatch's table: its prediction (and the
+    plugins it names: none)."""
+
+    plugins: tuple[str, ...] = ()
 
     def __init__(self, baseline_us: float, table_us: float) -> None:
         self.figures = (baseline_us, table_us)
