@@ -121,8 +121,18 @@ CHEATS = {
         import sys as _sys
         _sys.setprofile(lambda frame, event, arg: None)
         """,
-    # What steers the baseline or the clocks without touching the judge (each PASSed
-    # on 070b365: the snapshot watched neither settings nor the clock's classes).
+    "enters a torch function mode from its kernel": BLIND_MODE + armed_once("_Blind().__enter__()"),
+    "replaces the judge from its kernel": armed_once(
+        "from matprobe.measure import validate\nvalidate.describe_first = lambda *args: None"
+    ),
+}
+
+
+#: What steers the baseline, the clocks or the judge's data without rebinding a
+#: watched name: each PASSed on 070b365 (the snapshot watched neither settings,
+#: nor the clock's classes, nor a module's constants). Run in one ``matprobe run``,
+#: a plugin each, each plugin in a worker of its own.
+STEERING = {
     "changes the thread count at import": """
         torch.set_num_threads(1 if torch.get_num_threads() != 1 else 2)
         """,
@@ -177,10 +187,6 @@ CHEATS = {
         from matprobe.measure.results import Status
         Status.FAIL._value_ = "pass"
         """,
-    "enters a torch function mode from its kernel": BLIND_MODE + armed_once("_Blind().__enter__()"),
-    "replaces the judge from its kernel": armed_once(
-        "from matprobe.measure import validate\nvalidate.describe_first = lambda *args: None"
-    ),
 }
 
 
@@ -259,11 +265,9 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
             del sys.modules[name]
 
 
-def write(folder: Path, name: str, cheat: str) -> str:
-    body = textwrap.dedent(PLUGIN).replace("{prefix}", "evil")
-    (folder / f"{name}.py").write_text(
-        body + textwrap.dedent(cheat).replace("{prefix}", "evil"), encoding="utf-8"
-    )
+def write(folder: Path, name: str, cheat: str, prefix: str = "evil") -> str:
+    body = textwrap.dedent(PLUGIN) + textwrap.dedent(cheat)
+    (folder / f"{name}.py").write_text(body.replace("{prefix}", prefix), encoding="utf-8")
     return name
 
 
@@ -273,6 +277,27 @@ def test_a_plugin_that_patches_the_judge_or_the_baseline_gets_no_verdict(
 ) -> None:
     assert_no_verdict(here, cheat, "cpu")
     capsys.readouterr()
+
+
+def test_plugins_that_steer_the_baseline_the_clock_or_the_judges_data_get_no_verdict(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plugins = [
+        write(here, f"steer{i}", cheat, f"evil{i}") for i, cheat in enumerate(STEERING.values())
+    ]
+    db = here / "r.sqlite"
+    argv = [arg for name in plugins for arg in ("--plugin", name)]
+    main(["run", *argv, *ONE_SPEC, "--db", str(db), "--variants", "evil*", "torch.matmul"])
+    capsys.readouterr()
+    with ResultStore(db, read_only=True) as store:
+        rows = {r.variant_id: r for r in store.results()}
+    for i, cheat in enumerate(STEERING):
+        mine = [r for vid, r in rows.items() if vid.startswith(f"evil{i}.")]
+        assert mine and not any(r.status is Status.PASS for r in mine), cheat
+        assert all(r.error_kind is ErrorKind.TAMPER for r in mine), cheat
+        assert all("in the process that measured it" in r.reason for r in mine), cheat
+    base = rows["torch.matmul/default"]
+    assert base.status is Status.PASS and not any("steer" in path for path in base.sources)
 
 
 #: The cheats whose target only a card has: its clock's graphs and events, cuBLAS.
@@ -338,7 +363,7 @@ def assert_no_verdict(here: Path, cheat: str, device: str) -> None:
     """``matprobe run`` of the cheater's plugin beside the baseline on ``device``:
     none of its rows passes, its tampered rows say why, and the baseline's own row
     (measured in a process that never imported the plugin) passes."""
-    name = write(here, "evil_kernels", CHEATS[cheat])
+    name = write(here, "evil_kernels", {**CHEATS, **STEERING}[cheat])
     db = here / "r.sqlite"
     spec = ("--device", device, "--op", "matmul_bias_add")
     main(["run", "--plugin", name, *spec, "--db", str(db), "--variants", "evil.*", "torch.*"])
@@ -435,32 +460,33 @@ WRITES_TO_ITS_PIPE = """
         """
 
 
-@pytest.mark.parametrize(
-    "message",
-    [
-        '["done", 999, {}]',
-        '["done", 0, {"status": "pass"}]',
-        '["idle"]',
-    ],
-    ids=["another pair's result", "not a result", "idle mid-pair"],
-)
+#: Out of turn, or not a result: what a kernel writes to its worker's pipe.
+MESSAGES = ('["done", 999, {}]', '["done", 0, {"status": "pass"}]', '["idle"]')
+
+
 def test_a_kernel_writing_to_its_workers_pipe_ends_the_worker_not_the_run(
-    here: Path, message: str, capsys: pytest.CaptureFixture[str]
+    here: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The parent reads its workers' messages in turn: a result for the pair in
-    flight, checked to be that pair's. Anything else ends the worker, its pair in
-    flight an ERROR; the run goes on and keeps every other row. (A plugin that
-    writes a whole forged result for its own pair is beyond this check: only a
-    judge in a process of its own closes that; README says so.)"""
-    name = write(here, "noisy_kernels", WRITES_TO_ITS_PIPE.replace("MESSAGE", repr(message)))
+    flight, checked to be that pair's. Anything else — another pair's result, one
+    that is not a result, ``idle`` mid-pair, a plugin each — ends the worker, its
+    pair in flight an ERROR; the run goes on and keeps every other row. (A plugin
+    that writes a whole forged result for its own pair is beyond this check: only
+    a judge in a process of its own closes that; README says so.)"""
+    plugins = [
+        write(here, f"noisy{i}", WRITES_TO_ITS_PIPE.replace("MESSAGE", repr(message)), f"evil{i}")
+        for i, message in enumerate(MESSAGES)
+    ]
     db = here / "r.sqlite"
-    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*"])
+    argv = [arg for name in plugins for arg in ("--plugin", name)]
+    main(["run", *argv, *ONE_SPEC, "--db", str(db), "--variants", "evil*"])
     capsys.readouterr()
     with ResultStore(db, read_only=True) as store:
         rows = {r.variant_id: r for r in store.results()}
-    sly = rows["evil.sly/default"]
-    assert sly.status is Status.ERROR and "broke its protocol" in sly.reason, sly.reason
-    assert rows["evil.exact/default"].status is Status.PASS
+    for i, message in enumerate(MESSAGES):
+        sly = rows[f"evil{i}.sly/default"]
+        assert sly.status is Status.ERROR and "broke its protocol" in sly.reason, message
+        assert rows[f"evil{i}.exact/default"].status is Status.PASS, message
 
 
 def test_a_kernel_that_empties_its_judges_fails_on_the_count(
