@@ -73,7 +73,7 @@ HEADERS = [
 ]
 
 
-def _cells(row: Row) -> list[str]:
+def row_cells(row: Row) -> list[str]:
     r = row.result
     return [
         r.variant_id,
@@ -107,7 +107,7 @@ def _peaks_line(peaks: Mapping[str, Any]) -> str:
     return line
 
 
-def _header_lines(report: Report) -> list[str]:
+def header_lines(report: Report) -> list[str]:
     d = report.device
     cap = f" sm_{d.capability[0]}{d.capability[1]}" if d.capability else ""
     versions = ", ".join(f"{k} {v}" for k, v in sorted(d.versions.items()))
@@ -143,7 +143,7 @@ def _header_lines(report: Report) -> list[str]:
     return lines
 
 
-def _spec_lines(section: SpecSection, report: Report) -> list[str]:
+def spec_lines(section: SpecSection, report: Report) -> list[str]:
     spec = section.spec
     parts = []
     if section.count:
@@ -166,7 +166,7 @@ def _spec_lines(section: SpecSection, report: Report) -> list[str]:
     return parts
 
 
-def _failure_lines(section: SpecSection) -> list[str]:
+def failure_lines(section: SpecSection) -> list[str]:
     return [
         f"  ✗ {row.result.variant_id}: {row.result.status.value.upper()} — {row.result.reason}"
         for row in section.rows
@@ -174,12 +174,12 @@ def _failure_lines(section: SpecSection) -> list[str]:
     ]
 
 
-def _notes(section: SpecSection) -> list[str]:
+def section_notes(section: SpecSection) -> list[str]:
     by_note = section.variants_by_note()
     return [f"  note: {note} ({', '.join(ids)})" for note, ids in by_note.items()]
 
 
-def _unsupported_line(section: SpecSection) -> str:
+def unsupported_line(section: SpecSection) -> str:
     if not section.unsupported:
         return ""
     by_reason = section.unsupported_by_reason()
@@ -214,7 +214,7 @@ def verdict(section: SpecSection) -> str:
     return "faster" if saving > 0 else "slower"
 
 
-def _impact_rows(report: Report) -> list[list[str]]:
+def impact_rows(report: Report) -> list[list[str]]:
     """Specs where our validated variant beats the baseline, biggest saving first."""
     rows = []
     for s in sorted(report.sections, key=lambda s: -s.gain_us * s.count):
@@ -240,7 +240,7 @@ def _impact_rows(report: Report) -> list[list[str]]:
     return rows
 
 
-def _verdict_line(report: Report) -> str:
+def verdict_line(report: Report) -> str:
     counts = {name: 0 for name in ("faster", "same", "slower", "unjudged")}
     for section in report.sections:
         counts[verdict(section)] += 1
@@ -265,7 +265,7 @@ IMPACT_HEADERS = [
 ]
 
 
-def _impact_total(report: Report) -> str:
+def impact_total(report: Report) -> str:
     def saved(total_ms: float, per_token_us: float | None) -> str:
         text = f"{total_ms:.3f} ms saved per profiled run"
         if per_token_us is not None:
@@ -323,7 +323,7 @@ def _speedup_cell(section: SpecSection) -> str:
     return "-"
 
 
-def _summary_rows(report: Report) -> list[list[str]]:
+def summary_rows(report: Report) -> list[list[str]]:
     """One line a spec: which of ours wins, by how much, the best peer, and how many
     variants did what."""
     rows = []

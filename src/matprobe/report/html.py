@@ -24,20 +24,7 @@ from typing import Any
 
 from matprobe import __version__
 from matprobe.measure.results import Status
-from matprobe.report.cells import (
-    HEADERS,
-    IMPACT_HEADERS,
-    SUMMARY_HEADERS,
-    _cells,
-    _header_lines,
-    _impact_rows,
-    _impact_total,
-    _notes,
-    _spec_lines,
-    _summary_rows,
-    _verdict_line,
-    short_label,
-)
+from matprobe.report import cells
 from matprobe.report.compare import (
     COMPARE_HEADERS,
     Comparison,
@@ -158,7 +145,7 @@ def _production(section: SpecSection) -> tuple[float | None, str]:
 
 
 def _header(report: Report) -> list[str]:
-    lines = _header_lines(report)
+    lines = cells.header_lines(report)
     return [
         f"<h1>{esc(lines[0])}</h1>",
         '<ul class="facts">' + "".join(f"<li>{esc(line)}</li>" for line in lines[1:]) + "</ul>",
@@ -169,16 +156,18 @@ def _summary(report: Report) -> list[str]:
     out = [
         '<section id="summary"><h2>Summary</h2>',
         "<p>Device clock; best = our fastest validated variant, never a peer nor the baseline.</p>",
-        _table(SUMMARY_HEADERS, _summary_rows(report)),
+        _table(cells.SUMMARY_HEADERS, cells.summary_rows(report)),
         "</section>",
         '<section id="impact"><h2>Impact per token</h2>',
         "<p>Call count × (baseline − our best validated variant), device clock.</p>",
     ]
-    impact = _impact_rows(report)
+    impact = cells.impact_rows(report)
     if impact:
-        out.append(_table(IMPACT_HEADERS, impact))
+        out.append(_table(cells.IMPACT_HEADERS, impact))
     out.append('<ul class="notes">')
-    out += [f"<li>{esc(line)}</li>" for line in (_verdict_line(report), _impact_total(report))]
+    out += [
+        f"<li>{esc(line)}</li>" for line in (cells.verdict_line(report), cells.impact_total(report))
+    ]
     if report.per_token_basis:
         out.append(f"<li>{esc(report.per_token_basis)}</li>")
     out += ["</ul>", "</section>"]
@@ -200,12 +189,12 @@ def _unsupported(section: SpecSection) -> str:
 
 def _spec_section(report: Report, section: SpecSection, index: int) -> list[str]:
     read_ceiling = bool(report.peaks and report.peaks.get("read_gbps"))
-    label = short_label(section.spec)
+    label = cells.short_label(section.spec)
     out = [
         f'<section class="spec" id="spec-{index}"><h2>{esc(label)}</h2>',
         f'<p class="key">{esc(section.spec.key())}</p>',
     ]
-    if details := _spec_lines(section, report):
+    if details := cells.spec_lines(section, report):
         out.append(f"<p>{esc(' · '.join(details))}</p>")
     production, production_label = _production(section)
     chart = timing_chart(
@@ -220,8 +209,9 @@ def _spec_section(report: Report, section: SpecSection, index: int) -> list[str]
     if not read_ceiling:
         out.append("<p>% of read ceiling: no read ceiling was measured in this run (CPU).</p>")
     if section.rows:
-        cells = [[*_cells(row), row.result.reason] for row in section.rows]
-        out.append(_table([*HEADERS, "reason"], cells, [_row_class(row) for row in section.rows]))
+        table = [[*cells.row_cells(row), row.result.reason] for row in section.rows]
+        classes = [_row_class(row) for row in section.rows]
+        out.append(_table([*cells.HEADERS, "reason"], table, classes))
     else:
         out.append("<p>(no supported variant)</p>")
     failures = [
@@ -232,7 +222,7 @@ def _spec_section(report: Report, section: SpecSection, index: int) -> list[str]
     ]
     if failures:
         out.append('<ul class="failures">' + "".join(failures) + "</ul>")
-    notes = _notes(section)
+    notes = cells.section_notes(section)
     if notes:
         out.append(
             '<ul class="notes">' + "".join(f"<li>{esc(n.strip())}</li>" for n in notes) + "</ul>"
@@ -250,7 +240,8 @@ def render_html(report: Report, *, comparison: Comparison | None = None) -> str:
     if comparison is not None:
         nav.append('<a href="#compare">Comparison</a>')
     nav += [
-        f'<a href="#spec-{i}">{esc(short_label(s.spec))}</a>' for i, s in enumerate(report.sections)
+        f'<a href="#spec-{i}">{esc(cells.short_label(s.spec))}</a>'
+        for i, s in enumerate(report.sections)
     ]
     body.append("<nav>" + "".join(nav) + "</nav>")
     body += _summary(report)

@@ -4,22 +4,7 @@ names) passes :func:`md_safe` before it reaches the page."""
 
 from __future__ import annotations
 
-from matprobe.report.cells import (
-    HEADERS,
-    IMPACT_HEADERS,
-    SUMMARY_HEADERS,
-    _cells,
-    _failure_lines,
-    _header_lines,
-    _impact_rows,
-    _impact_total,
-    _notes,
-    _spec_lines,
-    _summary_rows,
-    _unsupported_line,
-    _verdict_line,
-    scope_line,
-)
+from matprobe.report import cells
 from matprobe.report.model import Report
 from matprobe.report.tables import md_table
 from matprobe.safetext import md_safe
@@ -27,19 +12,19 @@ from matprobe.safetext import md_safe
 
 def render_markdown(report: Report) -> str:
     out = ["# matprobe report", ""]
-    out += [f"- {md_safe(line)}" for line in _header_lines(report)]
+    out += [f"- {md_safe(line)}" for line in cells.header_lines(report)]
     for section in report.sections:
         out += ["", f"## {md_safe(section.spec.key())}", ""]
-        details = _spec_lines(section, report)
+        details = cells.spec_lines(section, report)
         if details:
             out += [md_safe(" · ".join(details)), ""]
         if section.rows:
-            out.append(md_table(HEADERS, [_cells(r) for r in section.rows]))
-        failures = _failure_lines(section)
+            out.append(md_table(cells.HEADERS, [cells.row_cells(r) for r in section.rows]))
+        failures = cells.failure_lines(section)
         if failures:
             out += [""] + [f"- **{md_safe(line.strip())}**" for line in failures]
-        out += [f"- {md_safe(line.strip())}" for line in _notes(section)]
-        if line := _unsupported_line(section):
+        out += [f"- {md_safe(line.strip())}" for line in cells.section_notes(section)]
+        if line := cells.unsupported_line(section):
             out += ["", f"- {md_safe(line.strip())}"]
     out += [
         "",
@@ -47,15 +32,15 @@ def render_markdown(report: Report) -> str:
         "",
         "Best = our fastest validated variant, never a peer nor the baseline.",
         "",
-        md_table(SUMMARY_HEADERS, _summary_rows(report)),
+        md_table(cells.SUMMARY_HEADERS, cells.summary_rows(report)),
     ]
-    impact = _impact_rows(report)
+    impact = cells.impact_rows(report)
     out += ["", "## Impact", ""]
     if impact:
-        out += [md_table(IMPACT_HEADERS, impact), ""]
-    out += [f"{md_safe(_verdict_line(report))}. {md_safe(_impact_total(report))}."]
+        out += [md_table(cells.IMPACT_HEADERS, impact), ""]
+    out += [f"{md_safe(cells.verdict_line(report))}. {md_safe(cells.impact_total(report))}."]
     if report.per_token_basis:
         out += ["", md_safe(report.per_token_basis) + "."]
-    if scope := scope_line(report):
+    if scope := cells.scope_line(report):
         out += ["", md_safe(scope)]
     return "\n".join(out) + "\n"

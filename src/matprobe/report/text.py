@@ -19,22 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from matprobe.measure.results import Status
-from matprobe.report.cells import (
-    HEADERS,
-    IMPACT_HEADERS,
-    SUMMARY_HEADERS,
-    _cells,
-    _failure_lines,
-    _header_lines,
-    _impact_rows,
-    _impact_total,
-    _notes,
-    _spec_lines,
-    _summary_rows,
-    _unsupported_line,
-    _verdict_line,
-    scope_line,
-)
+from matprobe.report import cells
 from matprobe.report.model import Report, Row, SpecSection, pair_base_tag
 from matprobe.report.tables import (
     REPORT_COLUMNS,
@@ -105,13 +90,13 @@ def render_terminal(report: Report, width: int | None = REPORT_COLUMNS) -> str:
     for section in report.sections:
         body.append("")
         body.extend(wrap_at(section.spec.key().split(" | "), " | ", width, "== ", "     "))
-        if details := _spec_lines(section, report):
+        if details := cells.spec_lines(section, report):
             body.extend(wrap_at(details, " · ", width, "   ", "   "))
         if section.rows:
-            wide = [_cells(r) for r in section.rows]
+            wide = [cells.row_cells(r) for r in section.rows]
             shared = _shared_tags(section.rows) if width is not None else []
             narrow = [_narrow_cells(r, shared) for r in section.rows]
-            body.append(table(HEADERS, wide, (NARROW_COLUMNS, narrow)))
+            body.append(table(cells.HEADERS, wide, (NARROW_COLUMNS, narrow)))
             if shared:
                 body.append("  every row: " + " ".join(f"[{t}]" for t in shared))
             if width is not None:
@@ -124,28 +109,28 @@ def render_terminal(report: Report, width: int | None = REPORT_COLUMNS) -> str:
                         body.extend(wrap(said, width, "", "    "))
         else:
             body.append("  (no supported variant)")
-        for line in _failure_lines(section):
+        for line in cells.failure_lines(section):
             body.extend(wrap(line, width, "", "      "))
         if width is None:
-            body.extend(_notes(section))
-            if line := _unsupported_line(section):
+            body.extend(cells.section_notes(section))
+            if line := cells.unsupported_line(section):
                 body.append(line)
         else:
             body.extend(_cited_lines(section, notes, reasons, width))
     body += notes.legend("Notes, cited above by number:", width)
     body += reasons.legend("Unsupported pairs by reason (not failures), cited above:", width)
-    summary = _summary_rows(report)
+    summary = cells.summary_rows(report)
     body += ["", *wrap(SUMMARY_TITLE, width)]
-    body.append(table(SUMMARY_HEADERS, summary, (SUMMARY_COLUMNS, _counted(summary))))
+    body.append(table(cells.SUMMARY_HEADERS, summary, (SUMMARY_COLUMNS, _counted(summary))))
     body += ["", *wrap(IMPACT_TITLE, width)]
-    if impact := _impact_rows(report):
-        body.append(table(IMPACT_HEADERS, impact, (IMPACT_COLUMNS, impact)))
-    closing = [_verdict_line(report), _impact_total(report)]
+    if impact := cells.impact_rows(report):
+        body.append(table(cells.IMPACT_HEADERS, impact, (IMPACT_COLUMNS, impact)))
+    closing = [cells.verdict_line(report), cells.impact_total(report)]
     closing += [report.per_token_basis] if report.per_token_basis else []
-    closing += [scope] if (scope := scope_line(report)) else []
+    closing += [scope] if (scope := cells.scope_line(report)) else []
     body += [line for text in closing for line in wrap(text, width, "  ", "    ")]
 
-    out = [line for text in _header_lines(report) for line in wrap(text, width, "", "  ")]
+    out = [line for text in cells.header_lines(report) for line in wrap(text, width, "", "  ")]
     if left_out:
         said = ", ".join(h for h, _ in left_out.most_common())
         out += wrap(f"columns left out to fit {width} (--wide shows them): {said}", width, "", "  ")
@@ -169,10 +154,10 @@ def _shared_tags(rows: Sequence[Row]) -> list[str]:
 
 
 def _narrow_cells(row: Row, shared: Sequence[str]) -> list[str]:
-    """:func:`_cells` with the device clock's median, spread and n apart (the first
+    """:func:`cells.row_cells` with the device clock's median, spread and n apart (the first
     is kept, the others may go), and the tags — but those every row shares — beside
     the verdict."""
-    wide = _cells(row)
+    wide = cells.row_cells(row)
     status = row.result.status.value.upper()
     clock = row.result.clocks.device if row.result.status is Status.PASS else None
     return [
