@@ -65,15 +65,16 @@ def problem(heads, kv_heads, d, context, dtype, device="cpu", seed=0):  # type: 
     return qkv, k_cache, v_cache, cos, sin
 
 
-#: (heads, kv_heads, head_dim, context, chunk): Qwen2.5's group of 7 in one and in
-#: three chunks (130 ends mid-tile) and in 18 (merged 8 at a time: a ragged last
-#: step), head_dim 24 (padded to 32), MHA (group 1), a context shorter than a tile.
+#: (heads, kv_heads, head_dim, context, chunk): Qwen2.5's group of 7 in two chunks
+#: by default and in three (300 ends mid-tile), in 18 (merged 16 at a time: a
+#: ragged last step), head_dim 24 (padded to 32), MHA (group 1), a context shorter
+#: than a tile.
 SHAPES = [
     (14, 2, 64, 130, None),
-    (14, 2, 64, 130, 64),
-    (14, 2, 64, 1100, 64),
-    (6, 3, 24, 70, 64),
-    (8, 8, 16, 200, 64),
+    (14, 2, 64, 300, 128),
+    (14, 2, 64, 2200, 128),
+    (6, 3, 24, 70, 128),
+    (8, 8, 16, 200, 128),
     (4, 2, 16, 5, None),
 ]
 
@@ -124,7 +125,7 @@ def test_the_new_position_is_attended_from_the_new_key_not_the_stale_slot(device
     [
         ({"heads": 5}, "do not group"),
         ({"pos": 40}, "outside the cache"),
-        ({"chunk": 48}, "multiple of 64"),
+        ({"chunk": 96}, "multiple of 128"),
     ],
 )
 @needs_interpreter

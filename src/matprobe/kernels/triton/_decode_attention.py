@@ -35,18 +35,28 @@ if TYPE_CHECKING:
 
 NAME = "triton.decode_attention"
 
-#: Positions a tile: a tl.dot of [group, 64] × [64, BLOCK_L] per step.
-BLOCK_L = 64
+#: Positions a tile: a tl.dot of [group, 64] × [64, BLOCK_L] per step. Each tile
+#: of a program costs a memory round trip more than its bytes (at context 1024 on
+#: an H200, one program of eight 128-position tiles per KV head took 13.7 µs a
+#: layer, eight programs of one tile 6.4), so tiles are as long as the registers
+#: allow: 128 positions beat 64 at every context and model measured (Qwen2.5-0.5B
+#: at 128: 2.92 against 3.33 µs a layer; at 4096: 9.70 against 11.51 —
+#: ``benchmarks/attention_sweep.py``, BENCHMARKS.md, eighteenth session).
+BLOCK_L = 128
 #: Chunks a KV head is cut into by default, at most: the last program merges them
 #: from L2 (:data:`MERGE` at a time), which longer chunks make cheaper than more.
 MAX_CHUNKS = 16
 #: Programs worth launching: the chunk is shortened until the grid has this many
 #: (an H100 has 132 SMs), but never below one tile.
 TARGET_PROGRAMS = 128
-#: Tiles a chunk holds at least.
-MIN_TILES = 2
-#: Chunks the merging program reads at once (their loads in flight together).
+#: Tiles a chunk holds at least: one (a chunk of one 128-position tile and a merge
+#: beat a chunk of two at context 1024: 6.4 against 8.2 µs a layer).
+MIN_TILES = 1
+#: Chunks the merging program reads at once (their loads in flight together) —
+#: :data:`MERGE_WIDE` where there are more than this many: at context 4096 sixteen
+#: chunks merged in one step took 9.70 µs a layer, in two steps of eight 11.10.
 MERGE = 8
+MERGE_WIDE = 16
 #: tl.dot's least M and N: the group and head_dim are padded up to it.
 MIN_DOT = 16
 
@@ -58,11 +68,12 @@ def _pow2(n: int, least: int = 1) -> int:
 
 
 def default_chunk(context: int, kv_heads: int) -> int:
-    """Positions a program attends: at least :data:`MIN_TILES` tiles (a merge costs
-    more than a second tile), enough chunks for :data:`TARGET_PROGRAMS` programs
-    over the KV heads, at most :data:`MAX_CHUNKS` of them (on an H100: one chunk
-    of 128 at context 128 took 4.0 µs a layer, two of 64 5.4; 16 of 256 at 4096
-    13.1, 32 of 128 15.0, 8 of 512 16.3 — BENCHMARKS.md)."""
+    """Positions a program attends: at least :data:`MIN_TILES` tiles, enough chunks
+    for :data:`TARGET_PROGRAMS` programs over the KV heads, at most
+    :data:`MAX_CHUNKS` of them (on an H200 with 128-position tiles, Qwen2.5-0.5B:
+    one chunk at context 128, 2.92 µs a layer; 8 of 128 at 1024, 6.38 — 4 of 256
+    8.15; 16 of 256 at 4096, 9.70 — 32 of 128 10.46, 8 of 512 11.60:
+    ``benchmarks/attention_sweep.py``)."""
     tiles = -(-context // BLOCK_L)
     want = max(1, min(MAX_CHUNKS, TARGET_PROGRAMS // max(kv_heads, 1)))
     per_chunk = max(MIN_TILES, -(-tiles // want))
@@ -144,7 +155,8 @@ def decode_attention(
         context, pos, chunks, chunk, k_cache.stride(0), k_cache.stride(1), float(scale),
         D=head_dim, GROUP=group, Q_WIDTH=heads * head_dim, KV_WIDTH=kv_heads * head_dim,
         BLOCK_D=block_d, BLOCK_G=block_g, BLOCK_L=BLOCK_L, TILES=chunk // BLOCK_L,
-        SPLIT=chunks > 1, MERGE=MERGE, EXACT=os.environ.get("TRITON_INTERPRET") == "1",
+        SPLIT=chunks > 1, MERGE=MERGE_WIDE if chunks > MERGE else MERGE,
+        EXACT=os.environ.get("TRITON_INTERPRET") == "1",
         num_warps=warps, **(common.PDL_CONSTANTS if pdl else {}),
     )  # fmt: skip
     return y
