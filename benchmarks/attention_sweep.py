@@ -32,6 +32,16 @@ from matprobe.kernels.triton import _decode_attention as da
 from matprobe.measure.peaks import _graph_of
 from matprobe.token.weights import rope_tables
 
+#: The tiles and merge widths swept (``BLOCKS=32,64,128 MERGES=8,16`` by default).
+BLOCKS = tuple(int(b) for b in os.environ.get("BLOCKS", "32,64,128").split(","))
+MERGES = tuple(int(m) for m in os.environ.get("MERGES", "8,16").split(","))
+#: What is swept, model:context:full (full: every MERGE and warp count).
+PLAN = os.environ.get(
+    "PLAN",
+    "qwen2.5-0.5b:4096:1 qwen2.5-0.5b:1024:0 qwen2.5-0.5b:128:0 llama-3.2-1b:4096:0 "
+    "llama-3.2-1b:128:0",
+)
+
 MODELS = {"qwen2.5-0.5b": (14, 2, 24), "llama-3.2-1b": (32, 8, 16)}
 D = 64
 REPEAT = 3
@@ -42,11 +52,11 @@ def variants(context: int, full: bool) -> list[tuple[int, int, int, int]]:
     MERGE and warp count, else 8 and 4 only)."""
     out = []
     for block_l, chunk, merge, warps in itertools.product(
-        (32, 64, 128), (64, 128, 256, 512, 1024), (8, 16), (4, 8)
+        BLOCKS, (64, 128, 256, 512, 1024), MERGES, (4, 8)
     ):
         if chunk < block_l or chunk > context or (context // chunk) > 64:
             continue
-        if (not full or context <= 128) and (merge, warps) != (8, 4):
+        if (not full or context <= 128) and (merge, warps) != (MERGES[0], 4):
             continue
         out.append((block_l, chunk, merge, warps))
     return out
@@ -67,13 +77,15 @@ def measure(model: str, context: int, full: bool) -> dict[str, object]:
     pos, scale = context - 1, 1 / math.sqrt(D)
     want = exact(qkvs[0], kcs[0], vcs[0], cos, sin, heads, pos, scale)
     peak = float(want.abs().max())
-    default = (da.BLOCK_L, da.default_chunk(context, kvh), da.MERGE, 4)
+    # the launcher's own choice first (its merge width follows the chunk count)
+    own = (da.BLOCK_L, da.MERGE, da.MERGE_WIDE)
+    default = (da.BLOCK_L, da.default_chunk(context, kvh), 0, 4)
     graphs, errors = {}, {}
     for block_l, chunk, merge, warps in [default, *variants(context, full)]:
-        name = f"L{block_l} c{chunk} m{merge} w{warps}"
+        name = f"L{block_l} c{chunk} m{merge or 'auto'} w{warps}"
         if name in graphs:
             continue
-        da.BLOCK_L, da.MERGE = block_l, merge
+        da.BLOCK_L, da.MERGE, da.MERGE_WIDE = (block_l, merge, merge) if merge else own
 
         def stack(chunk: int = chunk, warps: int = warps) -> list[torch.Tensor]:
             return [
@@ -91,7 +103,7 @@ def measure(model: str, context: int, full: bool) -> dict[str, object]:
             graphs[name] = _graph_of(stack)
         except Exception as exc:  # a tiling the compiler refuses: said, not timed
             print(f"  {name}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
-    da.BLOCK_L, da.MERGE = default[0], default[2]
+    da.BLOCK_L, da.MERGE, da.MERGE_WIDE = own
     times: dict[str, list[float]] = {n: [] for n in graphs}
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     names = list(graphs)
@@ -109,7 +121,7 @@ def measure(model: str, context: int, full: bool) -> dict[str, object]:
           "max_rel_err": errors[n]} for n, t in times.items()),
         key=lambda row: float(row["median"]),  # type: ignore[arg-type]
     )  # fmt: skip
-    default_name = f"L{default[0]} c{default[1]} m{default[2]} w{default[3]}"
+    default_name = f"L{default[0]} c{default[1]} mauto w4"
     print(f"{model} ctx {context}: default {default_name} "
           f"{statistics.median(times[default_name]):.2f} µs/layer", flush=True)  # fmt: skip
     for row in rows[:8]:
@@ -119,10 +131,8 @@ def measure(model: str, context: int, full: bool) -> dict[str, object]:
 
 
 def main() -> None:
-    plan = [("qwen2.5-0.5b", 4096, True), ("qwen2.5-0.5b", 1024, False),
-            ("qwen2.5-0.5b", 128, False), ("llama-3.2-1b", 4096, False),
-            ("llama-3.2-1b", 128, False)]  # fmt: skip
-    out = [measure(*case) for case in plan]
+    cases = [case.split(":") for case in PLAN.split()]
+    out = [measure(model, int(context), full == "1") for model, context, full in cases]
     with open(os.path.join(os.environ.get("OUT", "."), "attention_sweep.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "results": out}, f, indent=1)
 
