@@ -38,6 +38,18 @@ from matprobe.kernels.triton._blocks import (
 
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
+def _masked_query_keys(q_base, k_rows, ks, mask_n, K, stride_qk, stride_kk):  # type: ignore[no-untyped-def]  # noqa: N803
+    """The query at head_dim indices ``ks`` and the keys' ``[BLOCK_N, len(ks)]`` tile,
+    zeros past K and on the keys ``mask_n`` leaves out: a head_dim that does not
+    fill its tile, or one chunk of a long one."""
+    mask_k = ks < K
+    q = tl.load(q_base + ks * stride_qk, mask=mask_k, other=0.0)
+    kt = tl.load(k_rows + ks[None, :] * stride_kk, mask=mask_n[:, None] & mask_k[None, :],
+                 other=0.0)  # fmt: skip
+    return q, kt
+
+
+@triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
 def attn_scores_kernel(  # type: ignore[no-untyped-def]
     q_ptr,  # [batch, 1, K] (A viewed as [batch, m, k])
     k_ptr,  # [batch, n, K] (B stored [batch, n, k], tB = 1)
@@ -71,27 +83,14 @@ def attn_scores_kernel(  # type: ignore[no-untyped-def]
             q = tl.load(q_base + offs_k * stride_qk)
             kt = tl.load(k_rows + offs_k[None, :] * stride_kk, mask=mask_n[:, None], other=0.0)
         else:
-            mask_k = offs_k < K
-            q = tl.load(q_base + offs_k * stride_qk, mask=mask_k, other=0.0)
-            kt = tl.load(
-                k_rows + offs_k[None, :] * stride_kk,
-                mask=mask_n[:, None] & mask_k[None, :],
-                other=0.0,
-            )
+            q, kt = _masked_query_keys(q_base, k_rows, offs_k, mask_n, K, stride_qk, stride_kk)
         acc = tl.sum(kt.to(tl.float32) * q.to(tl.float32)[None, :], axis=1)
     else:
         # A long row: walk it in BLOCK_K chunks, accumulating in a 2-D fp32 tile
         # so the cross-lane reduction happens once, after the loop.
         acc2 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
-            ks = k0 + offs_k
-            mask_k = ks < K
-            q = tl.load(q_base + ks * stride_qk, mask=mask_k, other=0.0)
-            kt = tl.load(
-                k_rows + ks[None, :] * stride_kk,
-                mask=mask_n[:, None] & mask_k[None, :],
-                other=0.0,
-            )
+            q, kt = _masked_query_keys(q_base, k_rows, k0 + offs_k, mask_n, K, stride_qk, stride_kk)
             acc2 += kt.to(tl.float32) * q.to(tl.float32)[None, :]
         acc = tl.sum(acc2, axis=1)
 

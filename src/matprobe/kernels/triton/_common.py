@@ -92,13 +92,13 @@ def plan_k_split(
     come out smaller, never above the tile count). ``split = 0`` picks the
     tiles per slice — from ``candidates`` (default: any count) — whose program
     count (``programs_per_slice`` × slices) is nearest, in ratio, to
-    ``programs_per_sm`` programs on each of ``sm_count`` SMs; ties go to more
-    programs.
+    ``programs_per_sm`` programs on each of ``sm_count`` SMs (0: a device that
+    does not say, planned as :data:`DEFAULT_SM_COUNT`); ties go to more programs.
     """
     k_tiles = -(-k // bk)
     if split > 0:
         return KSplit(k_tiles, -(-k_tiles // min(split, k_tiles)))
-    goal = programs_per_sm * sm_count
+    goal = programs_per_sm * (sm_count or DEFAULT_SM_COUNT)
 
     def distance(tiles: int) -> tuple[float, int]:
         return abs(math.log(programs_per_slice * -(-k_tiles // tiles) / goal)), tiles

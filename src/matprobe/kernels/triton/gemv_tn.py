@@ -64,7 +64,7 @@ def plan_split(
         bk,
         split,
         programs_per_slice=n_blocks * batch,
-        sm_count=sm_count or common.DEFAULT_SM_COUNT,
+        sm_count=sm_count,
         programs_per_sm=AUTO_PROGRAMS_PER_SM,
     )
     return cut.slices, cut.tiles * bk

@@ -102,7 +102,7 @@ def plan_split(
         bk,
         split,
         programs_per_slice=row_blocks * batch,
-        sm_count=sm_count or common.DEFAULT_SM_COUNT,
+        sm_count=sm_count,
         programs_per_sm=PROGRAMS_PER_SM,
         candidates=common.pow2_up_to(MAX_TILES_PER_SLICE),
     )
