@@ -42,8 +42,54 @@ MODELS = {"qwen2.5-0.5b": (14, 2, 24), "llama-3.2-1b": (32, 8, 16)}
 D = 64
 REPEAT = 3
 
+STAGES = tuple(int(x) for x in os.environ.get("STAGES", "0,1,2,3,4,5").split(","))
+
 SPLIT_OPEN = "    if SPLIT:\n"
 SPLIT_CLOSE = "    else:\n        tl.store(out_ptrs"
+
+
+#: Stages 4 and 5: the merge over the group's real rows only (GR, the group padded
+#: to a power of two, not BLOCK_G = 16: half the loads and products for Qwen's 7);
+#: stage 4 in two passes (the maxima and sums first, then the weighted values with
+#: the final weights: no rescaling), stage 5 in one, as the library's.
+REAL_ROWS_MERGE = """\
+                gr = tl.arange(0, GR)
+                base_r = ws_ptr + kvh * split * (BLOCK_G * row) + gr * row
+                js = tl.arange(0, MERGE)
+                mx = tl.full([GR], float("-inf"), tl.float32)
+                tot = tl.zeros([GR], dtype=tl.float32)
+                acc_r = tl.zeros([GR, BLOCK_D], dtype=tl.float32)
+                for j0 in range(0, split, MERGE):
+                    h = (j0 + js) < split
+                    part = base_r[None, :] + (j0 + js)[:, None] * (BLOCK_G * row)
+                    m_j = tl.load(part + BLOCK_D, mask=h[:, None], other=float("-inf"),
+                                  cache_modifier=".cg")
+                    t_j = tl.load(part + BLOCK_D + 1, mask=h[:, None], other=0.0,
+                                  cache_modifier=".cg")
+                    mx_next = tl.maximum(mx, tl.max(m_j, axis=0))
+                    old = tl.exp(mx - mx_next)
+                    w = tl.exp(m_j - mx_next[None, :])
+                    tot = tot * old + tl.sum(t_j * w, axis=0)
+                    if STAGE == 5:
+                        a_j = tl.load(part[:, :, None] + d[None, None, :], mask=h[:, None, None],
+                                      other=0.0, cache_modifier=".cg")
+                        acc_r = acc_r * old[:, None] + tl.sum(a_j * w[:, :, None], axis=0)
+                    mx = mx_next
+                if STAGE == 4:
+                    for j0 in range(0, split, MERGE):
+                        h = (j0 + js) < split
+                        part = base_r[None, :] + (j0 + js)[:, None] * (BLOCK_G * row)
+                        m_j = tl.load(part + BLOCK_D, mask=h[:, None], other=float("-inf"),
+                                      cache_modifier=".cg")
+                        a_j = tl.load(part[:, :, None] + d[None, None, :], mask=h[:, None, None],
+                                      other=0.0, cache_modifier=".cg")
+                        w = tl.exp(m_j - mx[None, :])
+                        acc_r += tl.sum(a_j * w[:, :, None], axis=0)
+                rows = kvh * GROUP + gr
+                tl.store(out_ptr + rows[:, None] * D + d[None, :], (acc_r / tot[:, None]).to(dtype),
+                         mask=(gr < GROUP)[:, None] & mask_d[None, :])
+                tl.store(cnt_ptr + kvh, 0)
+"""
 
 
 def staged_kernel_module() -> object:
@@ -59,7 +105,7 @@ def staged_kernel_module() -> object:
     own = "tl.store(out_ptrs, (acc / total[:, None]).to(dtype), mask=mask_q)"
     staged = (
         SPLIT_OPEN
-        + "        if STAGE < 3:\n"
+        + "        if STAGE != 3:\n"
         + "".join(
             "    " + line if line.strip() else line for line in partials.splitlines(keepends=True)
         )
@@ -70,13 +116,16 @@ def staged_kernel_module() -> object:
         + "            if arrive_last(cnt_ptr + kvh, split):\n"
         + f"                {own}\n"
         + "                tl.store(cnt_ptr + kvh, 0)\n"
-        + "        else:\n"
+        + "        elif STAGE == 2 or STAGE == 3:\n"
         + f"            {own}\n"
+        + "        else:\n"
+        + "            if arrive_last(cnt_ptr + kvh, split):\n"
+        + REAL_ROWS_MERGE
     )
     source = source[:start] + staged + source[end:]
     source = source.replace(
         "    PDL: tl.constexpr = False,",
-        "    PDL: tl.constexpr = False,\n    STAGE: tl.constexpr = 0,",
+        "    PDL: tl.constexpr = False,\n    STAGE: tl.constexpr = 0,\n    GR: tl.constexpr = 16,",
     )
     path = Path(tempfile.mkdtemp()) / "staged_attention_kernels.py"
     path.write_text(source)
@@ -103,6 +152,7 @@ def launch(kernel, qkv, kc, vc, cos, sin, heads, pos, scale, chunk, stage):  # t
         BLOCK_G=block_g, BLOCK_L=da.BLOCK_L, TILES=chunk // da.BLOCK_L, SPLIT=chunks > 1,
         MERGE=da.MERGE_WIDE if chunks > da.MERGE else da.MERGE,
         EXACT=os.environ.get("TRITON_INTERPRET") == "1", STAGE=stage,
+        GR=1 << (group - 1).bit_length(),
         num_warps=4,
     )  # fmt: skip
     return y
@@ -128,7 +178,7 @@ def measure(kernel: object, model: str, context: int) -> dict[str, object]:
                  cos, sin, heads, pos, scale, chunk, 0)  # fmt: skip
     same = bool(torch.equal(got, want))
     graphs = {}
-    for stage in (0, 1, 2, 3):
+    for stage in STAGES:
 
         def stack(stage: int = stage) -> list[torch.Tensor]:
             return [
