@@ -123,10 +123,11 @@ def staged_kernel_module() -> object:
         + REAL_ROWS_MERGE
     )
     source = source[:start] + staged + source[end:]
-    source = source.replace(
-        "    PDL: tl.constexpr = False,",
-        "    PDL: tl.constexpr = False,\n    STAGE: tl.constexpr = 0,\n    GR: tl.constexpr = 16,",
-    )
+    extra = "    STAGE: tl.constexpr = 0,\n"
+    if "GR: tl.constexpr" not in source:  # the library before its merge read real rows only
+        extra += "    GR: tl.constexpr = 16,\n"
+    pdl = "    PDL: tl.constexpr = False,\n"
+    source = source.replace(pdl, pdl + extra)
     path = Path(tempfile.mkdtemp()) / "staged_attention_kernels.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("staged_attention_kernels", path)

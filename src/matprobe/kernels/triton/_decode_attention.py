@@ -154,7 +154,7 @@ def decode_attention(
         qkv, k_cache, v_cache, cos, sin, y, ws, counters,
         context, pos, chunks, chunk, k_cache.stride(0), k_cache.stride(1), float(scale),
         D=head_dim, GROUP=group, Q_WIDTH=heads * head_dim, KV_WIDTH=kv_heads * head_dim,
-        BLOCK_D=block_d, BLOCK_G=block_g, BLOCK_L=BLOCK_L, TILES=chunk // BLOCK_L,
+        BLOCK_D=block_d, BLOCK_G=block_g, GR=_pow2(group), BLOCK_L=BLOCK_L, TILES=chunk // BLOCK_L,
         SPLIT=chunks > 1, MERGE=MERGE_WIDE if chunks > MERGE else MERGE,
         EXACT=os.environ.get("TRITON_INTERPRET") == "1",
         num_warps=warps, **(common.PDL_CONSTANTS if pdl else {}),

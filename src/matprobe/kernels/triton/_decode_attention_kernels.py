@@ -89,6 +89,7 @@ def decode_attention_kernel(  # type: ignore[no-untyped-def]
     KV_WIDTH: tl.constexpr,  # noqa: N803 - kv_heads·D
     BLOCK_D: tl.constexpr,  # noqa: N803 - next power of two ≥ D (≥ 16)
     BLOCK_G: tl.constexpr,  # noqa: N803 - next power of two ≥ GROUP (≥ 16: tl.dot's least M)
+    GR: tl.constexpr,  # noqa: N803 - next power of two ≥ GROUP: the rows a merge reads
     BLOCK_L: tl.constexpr,  # noqa: N803 - positions a tile
     TILES: tl.constexpr,  # noqa: N803 - tiles a chunk (chunk // BLOCK_L)
     SPLIT: tl.constexpr,  # noqa: N803 - more than one chunk: merge through the workspace
@@ -165,15 +166,20 @@ def decode_attention_kernel(  # type: ignore[no-untyped-def]
         tl.store(slot + BLOCK_D, m[:, None])
         tl.store(slot + BLOCK_D + 1, total[:, None])
         if arrive_last(cnt_ptr + kvh, split):
-            # Last of the chunks: merge them in chunk order (deterministic).
-            m = tl.full([BLOCK_G], float("-inf"), tl.float32)
-            total = tl.zeros([BLOCK_G], dtype=tl.float32)
-            acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
-            base = ws_ptr + kvh * split * (BLOCK_G * row) + g * row
+            # Last of the chunks: merge them in chunk order (deterministic), over
+            # the group's GR rows only (BLOCK_G pads the group for tl.dot; the
+            # padding's partials are never read: on an H200, merging Qwen's 7
+            # rows as 8 rather than 16 took a 16-chunk merge from 9.69 to 7.98 µs a
+            # layer — benchmarks/attention_split_cost.py).
+            gr = tl.arange(0, GR)
+            m = tl.full([GR], float("-inf"), tl.float32)
+            total = tl.zeros([GR], dtype=tl.float32)
+            acc = tl.zeros([GR, BLOCK_D], dtype=tl.float32)
+            base = ws_ptr + kvh * split * (BLOCK_G * row) + gr * row
             js = tl.arange(0, MERGE)
             for j0 in range(0, split, MERGE):
-                # MERGE chunks a step, their loads issued together ([MERGE, BLOCK_G]
-                # maxima and sums, [MERGE, BLOCK_G, BLOCK_D] weighted values)
+                # MERGE chunks a step, their loads issued together ([MERGE, GR]
+                # maxima and sums, [MERGE, GR, BLOCK_D] weighted values)
                 here = (j0 + js) < split
                 part = base[None, :] + (j0 + js)[:, None] * (BLOCK_G * row)
                 m_j = tl.load(part + BLOCK_D, mask=here[:, None], other=float("-inf"),
@@ -188,11 +194,13 @@ def decode_attention_kernel(  # type: ignore[no-untyped-def]
                 )
                 m_next = tl.maximum(m, tl.max(m_j, axis=0))
                 old = tl.exp(m - m_next)
-                weights = tl.exp(m_j - m_next[None, :])  # [MERGE, BLOCK_G]: 0 where absent
+                weights = tl.exp(m_j - m_next[None, :])  # [MERGE, GR]: 0 where absent
                 total = total * old + tl.sum(total_j * weights, axis=0)
                 acc = acc * old[:, None] + tl.sum(acc_j * weights[:, :, None], axis=0)
                 m = m_next
-            tl.store(out_ptrs, (acc / total[:, None]).to(dtype), mask=mask_q)
+            rows = kvh * GROUP + gr
+            tl.store(out_ptr + rows[:, None] * D + d[None, :], (acc / total[:, None]).to(dtype),
+                     mask=(gr < GROUP)[:, None] & mask_d[None, :])  # fmt: skip
             tl.store(cnt_ptr + kvh, 0)  # ready for the next launch (same stream)
     else:
         tl.store(out_ptrs, (acc / total[:, None]).to(dtype), mask=mask_q)
