@@ -172,9 +172,9 @@ def decode_attention_kernel(  # type: ignore[no-untyped-def]
             # rows as 8 rather than 16 took a 16-chunk merge from 9.69 to 7.98 µs a
             # layer — benchmarks/attention_split_cost.py).
             gr = tl.arange(0, GR)
-            m = tl.full([GR], float("-inf"), tl.float32)
-            total = tl.zeros([GR], dtype=tl.float32)
-            acc = tl.zeros([GR, BLOCK_D], dtype=tl.float32)
+            m_all = tl.full([GR], float("-inf"), tl.float32)
+            total_all = tl.zeros([GR], dtype=tl.float32)
+            acc_all = tl.zeros([GR, BLOCK_D], dtype=tl.float32)
             base = ws_ptr + kvh * split * (BLOCK_G * row) + gr * row
             js = tl.arange(0, MERGE)
             for j0 in range(0, split, MERGE):
@@ -192,15 +192,16 @@ def decode_attention_kernel(  # type: ignore[no-untyped-def]
                     other=0.0,
                     cache_modifier=".cg",
                 )
-                m_next = tl.maximum(m, tl.max(m_j, axis=0))
-                old = tl.exp(m - m_next)
+                m_next = tl.maximum(m_all, tl.max(m_j, axis=0))
+                old = tl.exp(m_all - m_next)
                 weights = tl.exp(m_j - m_next[None, :])  # [MERGE, GR]: 0 where absent
-                total = total * old + tl.sum(total_j * weights, axis=0)
-                acc = acc * old[:, None] + tl.sum(acc_j * weights[:, :, None], axis=0)
-                m = m_next
+                total_all = total_all * old + tl.sum(total_j * weights, axis=0)
+                acc_all = acc_all * old[:, None] + tl.sum(acc_j * weights[:, :, None], axis=0)
+                m_all = m_next
             rows = kvh * GROUP + gr
-            tl.store(out_ptr + rows[:, None] * D + d[None, :], (acc / total[:, None]).to(dtype),
-                     mask=(gr < GROUP)[:, None] & mask_d[None, :])  # fmt: skip
+            merged = (acc_all / total_all[:, None]).to(dtype)
+            mask_rows = (gr < GROUP)[:, None] & mask_d[None, :]
+            tl.store(out_ptr + rows[:, None] * D + d[None, :], merged, mask=mask_rows)
             tl.store(cnt_ptr + kvh, 0)  # ready for the next launch (same stream)
     else:
         tl.store(out_ptrs, (acc / total[:, None]).to(dtype), mask=mask_q)
