@@ -292,6 +292,36 @@ def decode_cases() -> Iterator[Case]:
             yield one(dt, q8, norm, False, True, False, 896, 4864, 2, 1024, 8, pdl=True)
 
 
+# ---- triton.decode_attention (the `layer` token's attention) ---------------------------
+
+
+def decode_attention_cases() -> Iterator[Case]:
+    def one(dt: str, heads: int, kv_heads: int, context: int, chunk: int, merge: int,
+            pdl: bool = False) -> Case:  # fmt: skip
+        p = FLOAT_DTYPES[dt]
+        group, d, block_l = heads // kv_heads, 64, 128
+        split = -(-context // chunk)
+        config = {"dt": dt, "heads": heads, "kv": kv_heads, "ctx": context, "chunk": chunk,
+                  "merge": merge, "pdl": int(pdl)}  # fmt: skip
+        # qkv, the caches, cos, sin, out, the fp32 workspace, the int32 counters
+        args = [Ptr(p), Ptr(p), Ptr(p), Ptr(p), Ptr(p), Ptr(p), Ptr("fp32"), Ptr("i32"),
+                context, context - 1, split, chunk, context * d, d, 0.125]  # fmt: skip
+        constants = {"D": d, "GROUP": group, "Q_WIDTH": heads * d, "KV_WIDTH": kv_heads * d,
+                     "BLOCK_D": d, "BLOCK_G": 16, "GR": 1 << (group - 1).bit_length(),
+                     "BLOCK_L": block_l, "TILES": chunk // block_l, "SPLIT": split > 1,
+                     "MERGE": merge, "EXACT": False, "num_warps": 4}  # fmt: skip
+        if pdl:
+            constants.update(PDL=True, launch_pdl=True)
+        return _case("_decode_attention_kernels", "decode_attention_kernel", config, args,
+                     constants)  # fmt: skip
+
+    for dt in ("f16", "bf16"):
+        yield one(dt, 14, 2, 128, 128, 8)  # one chunk: no merge
+        yield one(dt, 14, 2, 1024, 128, 8, pdl=True)  # eight chunks, one step
+        yield one(dt, 14, 2, 4096, 256, 16, pdl=True)  # sixteen, two tiles each
+        yield one(dt, 32, 8, 4096, 256, 16)  # Llama's group of 4
+
+
 # ---- triton.gemv_q8, triton.gemv_q8_int8dot ---------------------------------------------
 
 
@@ -402,7 +432,8 @@ def gemm_cases() -> Iterator[Case]:
 
 def all_cases() -> list[Case]:
     families = (gemv_nt_cases, gemv_tn_cases, splitk_cases, attention_cases, decode_cases,
-                q8_cases, stream_cases, swiglu_cases, gemm_cases)  # fmt: skip
+                decode_attention_cases, q8_cases, stream_cases, swiglu_cases,
+                gemm_cases)  # fmt: skip
     cases = [case for family in families for case in family()]
     keys = [case.key for case in cases]
     assert len(set(keys)) == len(keys), "two cases share a key"

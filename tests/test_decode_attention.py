@@ -226,3 +226,32 @@ def test_an_attention_appending_only_while_validated_fails_when_timed(monkeypatc
     row = result.get("layer")
     assert row is not None and row.status == "FAIL", row and row.reason
     assert row.reason.startswith("timed replay 1 ") and "new key in the KV cache" in row.reason
+
+
+def test_the_kernel_compiles_for_a_card() -> None:
+    """Triton's interpreter runs the kernel as Python, which lets a variable change
+    its shape inside an ``if``; the compiler does not (a merge over the group's
+    real rows, reusing the running max's name, passed every interpreter test and
+    failed on the first card). So the token's configurations — one chunk, eight,
+    sixteen of two tiles, with and without early launch, Qwen's group of 7 and
+    Llama's of 4 — are compiled for an H100 here, no GPU needed
+    (``benchmarks/ptx_identity.py``, in a process without ``TRITON_INTERPRET``)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    triton = pytest.importorskip("triton", reason="compiling needs triton")
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not ptxas.exists():
+        pytest.skip("triton's NVIDIA backend has no ptxas here")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "ptx_identity.py"), "--only",
+         "decode_attention_kernel", "--jobs", "1", "--out", os.devnull],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "8 PTX hashes written" in done.stderr
