@@ -25,8 +25,8 @@ if [ -n "${TESTS:-}" ]; then
 fi
 PYTHONPATH=src OUT=$work STAGES=0,1,2 timeout 120 python3 benchmarks/attention_split_cost.py \
   2>&1 | grep -v Warn | tee "$work/split.txt"
-for case in ${CASES:-"qwen2.5-0.5b f16 128" "qwen2.5-0.5b f16 4096" "qwen2.5-0.5b f16 1024" \
-            "llama-3.2-1b bf16 128" "llama-3.2-1b bf16 4096"}; do
+for case in "qwen2.5-0.5b f16 128" "qwen2.5-0.5b f16 4096" "qwen2.5-0.5b f16 1024" \
+            "llama-3.2-1b bf16 128" "llama-3.2-1b bf16 4096"; do
   set -- $case
   for code in before after; do
     src=src; [ "$code" = before ] && src=$BEFORE
