@@ -16,8 +16,20 @@ So on a CUDA card: every spec with a plugin candidate to run has its baseline's
 own row measured in the same run (:func:`with_reference_rows`, even where the
 store holds one: a row of another run may come from another card, which differs
 by a few per cent), and a plugin's row whose baseline ran more than
-:data:`SLOWER_LIMIT` slower beside it than alone becomes an ERROR
-(:func:`hold_to_reference`). The CPU's wall clock, shared with whatever else
+:data:`SLOWER_LIMIT` slower beside it than the slowest it ran in this run's
+processes that never imported a plugin — its own row, and beside each shipped
+candidate of the spec — becomes an ERROR (:func:`hold_to_reference`).
+
+Why the slowest, and why 8 %: the same cuBLAS kernel settles into one of two
+speeds per process on some shapes (gate_up, 1×9728×896: 7.2 or 8.2 µs on an
+H100). On an H200 an honest plugin's baseline ran 5.5 % slower beside it than
+in its own row (7.59 against 7.19 µs, the eighteenth session's GPU tests), where
+the seventeenth session's H100 had seen −0.6…+0.8 %, and shipped candidates'
+baselines 0.924–1.010× of their own row. Every clean figure of the run widens
+the reference to the modes it saw; 8 % covers the rest. The cheat this check
+was built for (20 µs more a call) slowed the baseline by 10.6–244 %. A plugin
+that slows it by less than that wins by as much: only the judge in a process of
+its own (issue 20) closes that. The CPU's wall clock, shared with whatever else
 runs on the host, is too loose for this check, which is not made there.
 """
 
@@ -32,9 +44,9 @@ from matprobe.measure.variants import Variant
 from matprobe.run.runner import PairState, Plan, PlannedPair, RunOutcome
 from matprobe.run.store import ResultKey, ResultStore
 
-#: How much slower the baseline may run beside a plugin's candidate than in its own
-#: row of the same run (honest shipped candidates: at most +1.0 % on an H100).
-SLOWER_LIMIT = 0.03
+#: How much slower the baseline may run beside a plugin's candidate than the slowest
+#: it ran in the run's clean processes (see the module's docstring for the data).
+SLOWER_LIMIT = 0.08
 
 #: Why a baseline pair the store holds runs again.
 REFERENCE = "the reference for a plugin's ratios"
@@ -81,16 +93,17 @@ def hold_to_reference(
     outcome: RunOutcome, baselines: Mapping[str, Variant | None], store: ResultStore
 ) -> list[str]:
     """Every plugin row of ``outcome`` whose baseline ran more than
-    :data:`SLOWER_LIMIT` slower beside it than in the baseline's own row of this
-    run made an ERROR (in ``outcome`` and in ``store``); their variant ids."""
+    :data:`SLOWER_LIMIT` slower beside it than the slowest it ran in this run's
+    clean processes (:func:`_clean_reference`) made an ERROR (in ``outcome`` and in
+    ``store``); their variant ids."""
     flagged = []
     for pair in outcome.plan.of(PairState.RUN):
         base = baselines.get(pair.spec.kind)
         found = outcome.results.get((pair.spec.key(), pair.variant.id))
-        reference = outcome.results.get((pair.spec.key(), base.id)) if base else None
-        if not pair.variant.family.is_plugin or found is None or reference is None:
+        if not pair.variant.family.is_plugin or found is None or base is None:
             continue
-        if why := _slowed(found, reference):
+        reference = _clean_reference(outcome, pair.spec.key(), base)
+        if reference is not None and (why := _slowed(found, *reference)):
             row = dataclasses.replace(
                 found, status=Status.ERROR, error_kind=ErrorKind.TAMPER, reason=why
             )
@@ -100,18 +113,40 @@ def hold_to_reference(
     return flagged
 
 
-def _slowed(found: PairResult, reference: PairResult) -> str | None:
-    """Why ``found``'s ratio cannot stand (its baseline ran slower beside it than in
-    ``reference``, the baseline's own row), or None."""
-    ratio, alone = found.clocks.vs_baseline, reference.clocks.device
-    if found.status is not Status.PASS or ratio is None or alone is None:
+def _clean_reference(outcome: RunOutcome, spec_key: str, base: Variant) -> tuple[float, int] | None:
+    """The slowest median the baseline of ``spec_key`` ran at in this run in
+    processes that never imported a plugin — its own row, and beside each shipped
+    candidate of the spec that passed — and how many figures that was; None
+    without its own row."""
+    own = outcome.results.get((spec_key, base.id))
+    if own is None or own.clocks.device is None:
         return None
-    slower = ratio.baseline_us / alone.median_us - 1.0
+    figures = [own.clocks.device.median_us]
+    for pair in outcome.plan.of(PairState.RUN):
+        if pair.spec.key() != spec_key or pair.variant.family.is_plugin:
+            continue
+        shipped = outcome.results.get((spec_key, pair.variant.id))
+        ratio = shipped.clocks.vs_baseline if shipped is not None else None
+        if shipped is not None and shipped.status is Status.PASS and ratio is not None:
+            figures.append(ratio.baseline_us)
+    return max(figures), len(figures)
+
+
+def _slowed(found: PairResult, alone_us: float, figures: int) -> str | None:
+    """Why ``found``'s ratio cannot stand (its baseline ran slower beside it than
+    ``alone_us``, the slowest of ``figures`` clean figures), or None."""
+    ratio = found.clocks.vs_baseline
+    if found.status is not Status.PASS or ratio is None:
+        return None
+    slower = ratio.baseline_us / alone_us - 1.0
     if slower <= SLOWER_LIMIT:
         return None
+    where = "its own row"
+    if figures > 1:
+        where += f" and beside {figures - 1} shipped candidates"
     return (
         f"tamper: the baseline ran {slower:.1%} slower beside this kernel "
-        f"({ratio.baseline_us:.2f} µs) than in its own row of this run "
-        f"({alone.median_us:.2f} µs, a process that never imported the plugin; "
-        f"honest kernels: within {SLOWER_LIMIT:.0%}); no ratio is taken"
+        f"({ratio.baseline_us:.2f} µs) than the slowest it ran in this run's processes "
+        f"that never imported the plugin ({alone_us:.2f} µs: {where}; honest kernels: "
+        f"within {SLOWER_LIMIT:.0%}); no ratio is taken"
     )
