@@ -126,8 +126,9 @@ def staged_kernel_module() -> object:
     extra = "    STAGE: tl.constexpr = 0,\n"
     if "GR: tl.constexpr" not in source:  # the library before its merge read real rows only
         extra += "    GR: tl.constexpr = 16,\n"
-    pdl = "    PDL: tl.constexpr = False,\n"
-    source = source.replace(pdl, pdl + extra)
+    # after the PDL parameter's line (its comment included)
+    at = source.index("\n", source.index("    PDL: tl.constexpr = False,")) + 1
+    source = source[:at] + extra + source[at:]
     path = Path(tempfile.mkdtemp()) / "staged_attention_kernels.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("staged_attention_kernels", path)
