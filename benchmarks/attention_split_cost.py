@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import os
 import statistics
 import sys
@@ -34,9 +33,11 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, os.path.dirname(__file__))
+from decode_attention_probe import caches, interleaved_us
+
 from matprobe.kernels.triton import _decode_attention as da
 from matprobe.measure.peaks import _graph_of
-from matprobe.token.weights import rope_tables
 
 MODELS = {"qwen2.5-0.5b": (14, 2, 24), "llama-3.2-1b": (32, 8, 16)}
 D = 64
@@ -163,16 +164,7 @@ def launch(kernel, qkv, kc, vc, cos, sin, heads, pos, scale, chunk, stage):  # t
 def measure(kernel: object, model: str, context: int) -> dict[str, object]:
     heads, kvh, layers = MODELS[model]
     layers *= REPEAT
-    gen = torch.Generator(device="cuda").manual_seed(context)
-
-    def draw(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, device="cuda", generator=gen).to(torch.float16)
-
-    qkvs = [draw(1, (heads + 2 * kvh) * D) for _ in range(layers)]
-    kcs = [draw(kvh, context, D) for _ in range(layers)]
-    vcs = [draw(kvh, context, D) for _ in range(layers)]
-    cos, sin = (t.to("cuda", torch.float16) for t in rope_tables(D, context - 1))
-    pos, scale = context - 1, 1 / math.sqrt(D)
+    qkvs, kcs, vcs, cos, sin, pos, scale = caches(heads, kvh, layers, context, torch.float16)
     chunk = da.default_chunk(context, kvh)
     want = da.decode_attention(qkvs[0], kcs[0].clone(), vcs[0].clone(), cos, sin, heads=heads,
                                pos=pos, scale=scale)  # fmt: skip
@@ -183,36 +175,14 @@ def measure(kernel: object, model: str, context: int) -> dict[str, object]:
     for stage in STAGES:
 
         def stack(stage: int = stage) -> list[torch.Tensor]:
+            fn = kernel.decode_attention_kernel  # type: ignore[attr-defined]
             return [
-                launch(
-                    kernel.decode_attention_kernel,
-                    q,
-                    k,
-                    v,
-                    cos,
-                    sin,
-                    heads,
-                    pos,
-                    scale,  # type: ignore[attr-defined]
-                    chunk,
-                    stage,
-                )
+                launch(fn, q, k, v, cos, sin, heads, pos, scale, chunk, stage)
                 for q, k, v in zip(qkvs, kcs, vcs, strict=True)
             ]
 
         graphs[f"stage {stage}"] = _graph_of(stack)
-    times: dict[str, list[float]] = {n: [] for n in graphs}
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    names = list(graphs)
-    for r in range(7):
-        for n in names[r % len(names) :] + names[: r % len(names)]:
-            graphs[n].replay()
-            start.record()
-            for _ in range(10):
-                graphs[n].replay()
-            end.record()
-            end.synchronize()
-            times[n].append(start.elapsed_time(end) * 1000 / 10 / layers)
+    times = interleaved_us(graphs, layers, replays=10)
     cells = "  ".join(
         f"{n} {statistics.median(t):.2f} [{min(t):.2f}–{max(t):.2f}]" for n, t in times.items()
     )

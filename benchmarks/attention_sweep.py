@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import statistics
 import sys
@@ -26,11 +25,10 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from decode_attention_probe import exact
+from decode_attention_probe import caches, exact, interleaved_us
 
 from matprobe.kernels.triton import _decode_attention as da
 from matprobe.measure.peaks import _graph_of
-from matprobe.token.weights import rope_tables
 
 #: The tiles and merge widths swept (``BLOCKS=32,64,128 MERGES=8,16`` by default).
 BLOCKS = tuple(int(b) for b in os.environ.get("BLOCKS", "32,64,128").split(","))
@@ -65,16 +63,7 @@ def variants(context: int, full: bool) -> list[tuple[int, int, int, int]]:
 def measure(model: str, context: int, full: bool) -> dict[str, object]:
     heads, kvh, layers = MODELS[model]
     layers *= REPEAT
-    gen = torch.Generator(device="cuda").manual_seed(context)
-
-    def draw(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, device="cuda", generator=gen).to(torch.float16)
-
-    qkvs = [draw(1, (heads + 2 * kvh) * D) for _ in range(layers)]
-    kcs = [draw(kvh, context, D) for _ in range(layers)]
-    vcs = [draw(kvh, context, D) for _ in range(layers)]
-    cos, sin = (t.to("cuda", torch.float16) for t in rope_tables(D, context - 1))
-    pos, scale = context - 1, 1 / math.sqrt(D)
+    qkvs, kcs, vcs, cos, sin, pos, scale = caches(heads, kvh, layers, context, torch.float16)
     want = exact(qkvs[0], kcs[0], vcs[0], cos, sin, heads, pos, scale)
     peak = float(want.abs().max())
     # the launcher's own choice first (its merge width follows the chunk count)
@@ -104,18 +93,7 @@ def measure(model: str, context: int, full: bool) -> dict[str, object]:
         except Exception as exc:  # a tiling the compiler refuses: said, not timed
             print(f"  {name}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
     da.BLOCK_L, da.MERGE, da.MERGE_WIDE = own
-    times: dict[str, list[float]] = {n: [] for n in graphs}
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    names = list(graphs)
-    for r in range(7):
-        for n in names[r % len(names) :] + names[: r % len(names)]:
-            graphs[n].replay()
-            start.record()
-            for _ in range(10):
-                graphs[n].replay()
-            end.record()
-            end.synchronize()
-            times[n].append(start.elapsed_time(end) * 1000 / 10 / layers)
+    times = interleaved_us(graphs, layers, replays=10)
     rows = sorted(
         ({"variant": n, "median": statistics.median(t), "min": min(t), "max": max(t),
           "max_rel_err": errors[n]} for n, t in times.items()),

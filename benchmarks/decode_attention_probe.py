@@ -67,8 +67,27 @@ def attention_stack(qkvs, kcs, vcs, cos, sin, heads, pos, scale, chunk=0, warps=
     ]
 
 
-def measure(model: str, context: int, name: str, dtype: torch.dtype) -> dict[str, object]:
-    heads, kvh, layers = MODELS[model]
+def interleaved_us(graphs: dict[str, object], layers: int, replays: int) -> dict[str, list[float]]:
+    """µs a layer of each captured stack: 7 rounds, the variants rotated each round,
+    each timed over ``replays`` back-to-back replays after one untimed."""
+    times: dict[str, list[float]] = {n: [] for n in graphs}
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    names = list(graphs)
+    for r in range(7):
+        for n in names[r % len(names) :] + names[: r % len(names)]:
+            graphs[n].replay()  # type: ignore[attr-defined]
+            start.record()
+            for _ in range(replays):
+                graphs[n].replay()  # type: ignore[attr-defined]
+            end.record()
+            end.synchronize()
+            times[n].append(start.elapsed_time(end) * 1000 / replays / layers)
+    return times
+
+
+def caches(heads: int, kvh: int, layers: int, context: int, dtype: torch.dtype) -> tuple:  # type: ignore[type-arg]
+    """A stack of ``layers`` layers' qkv and caches of their own (seeded by the
+    context), the RoPE tables of the last position, that position and the scale."""
     gen = torch.Generator(device="cuda").manual_seed(context)
 
     def draw(*shape: int) -> torch.Tensor:
@@ -78,7 +97,12 @@ def measure(model: str, context: int, name: str, dtype: torch.dtype) -> dict[str
     kcs = [draw(kvh, context, D) for _ in range(layers)]
     vcs = [draw(kvh, context, D) for _ in range(layers)]
     cos, sin = (t.to("cuda", dtype) for t in rope_tables(D, context - 1))
-    pos, scale = context - 1, 1 / math.sqrt(D)
+    return qkvs, kcs, vcs, cos, sin, context - 1, 1 / math.sqrt(D)
+
+
+def measure(model: str, context: int, name: str, dtype: torch.dtype) -> dict[str, object]:
+    heads, kvh, layers = MODELS[model]
+    qkvs, kcs, vcs, cos, sin, pos, scale = caches(heads, kvh, layers, context, dtype)
     want = exact(qkvs[0], kcs[0], vcs[0], cos, sin, heads, pos, scale)
     peak = float(want.abs().max())
     eager = torch_attention(qkvs[0], kcs[0].clone(), vcs[0].clone(), cos, sin, heads, pos, scale)
@@ -96,18 +120,7 @@ def measure(model: str, context: int, name: str, dtype: torch.dtype) -> dict[str
         variants[f"kernel chunk {c}"] = attention_stack(*stack, chunk=c)
     variants[f"kernel chunk {chunk0} w8"] = attention_stack(*stack, chunk=chunk0, warps=8)
     graphs = {n: _graph_of(f) for n, f in variants.items()}
-    times: dict[str, list[float]] = {n: [] for n in graphs}
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    names = list(graphs)
-    for r in range(7):
-        for n in names[r % len(names) :] + names[: r % len(names)]:
-            graphs[n].replay()
-            start.record()
-            for _ in range(20):
-                graphs[n].replay()
-            end.record()
-            end.synchronize()
-            times[n].append(start.elapsed_time(end) * 1000 / 20 / layers)
+    times = interleaved_us(graphs, layers, replays=20)
     cells = "  ".join(
         f"{n} {statistics.median(t):.2f} [{min(t):.2f}–{max(t):.2f}]" for n, t in times.items()
     )
