@@ -360,7 +360,7 @@ PREFILLS_THE_BASELINE_CACHE = """
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
 @pytest.mark.parametrize("cheat", ["", PREFILLS_THE_BASELINE_CACHE], ids=["honest", "cheat"])
-def test_on_a_card_a_plugins_ratio_stands_only_beside_a_baseline_as_fast_as_alone(
+def test_on_a_card_a_plugins_ratio_rests_on_a_baseline_as_fast_as_alone(
     here: Path, cheat: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name = write(here, "beside_kernels", cheat)
@@ -372,8 +372,10 @@ def test_on_a_card_a_plugins_ratio_stands_only_beside_a_baseline_as_fast_as_alon
         rows = [r for r in store.results() if r.variant_id.startswith("evil.")]
     assert rows
     for row in rows:
-        if cheat:
-            assert row.error_kind is ErrorKind.TAMPER and "slower beside this kernel" in row.reason
+        if cheat:  # an exact copy of the baseline: no faster than it, on the clean figure
+            ratio = row.clocks.vs_baseline
+            assert row.status is Status.PASS and ratio is not None, row.reason
+            assert ratio.median > 0.9 and "slower beside this kernel" in row.clocks.notes[-1]
         elif row.variant_id == "evil.exact/default":  # float64 on the card: no false alarm
             assert row.status is Status.PASS, row.reason
 

@@ -246,11 +246,31 @@ def _inputs_from(spec: MatmulSpec, draws: Callable[[str], torch.Tensor]) -> Matm
     # A gain in (0.5, 1.5), as trained norms' are near 1: u/2 is exact, + 1 one
     # correctly rounded float32 addition, so the same on every device.
     gain = (draw("gain", 0.5) + 1.0).to(dtype) if spec.rmsnorm is not None else None
+    named = {"a": a, "b": b, "bias": bias, "c0": c0, "scales": scales, "gain": gain}
+    return assemble_inputs(spec, {name: t for name, t in named.items() if t is not None})
+
+
+def assemble_inputs(spec: MatmulSpec, tensors: dict[str, Any]) -> MatmulInputs:
+    """The input set of ``spec`` made of ``tensors`` by name (``a``, ``b``, and
+    whichever of ``bias``, ``c0``, ``scales``, ``gain`` the spec has; the names of
+    :func:`named_tensors`): the layout flags and scalars come from the spec."""
+    scales = tensors.get("scales")
     tb = bool(spec.tB) or scales is not None
     return MatmulInputs(
-        a, b, bias, c0, spec.alpha_value, spec.beta_value, ta=bool(spec.tA), tb=tb, scales=scales,
-        swiglu=spec.is_swiglu, gain=gain, norm_eps=spec.rmsnorm,
+        tensors["a"], tensors["b"], tensors.get("bias"), tensors.get("c0"), spec.alpha_value,
+        spec.beta_value, ta=bool(spec.tA), tb=tb, scales=scales, swiglu=spec.is_swiglu,
+        gain=tensors.get("gain"), norm_eps=spec.rmsnorm,
     )  # fmt: skip
+
+
+def named_tensors(inputs: MatmulInputs) -> dict[str, Any]:
+    """The tensors of ``inputs`` by name (those it holds): what
+    :func:`assemble_inputs` takes back."""
+    held = {
+        "a": inputs.a, "b": inputs.b, "bias": inputs.bias, "c0": inputs.c0,
+        "scales": inputs.scales, "gain": inputs.gain,
+    }  # fmt: skip
+    return {name: t for name, t in held.items() if t is not None}
 
 
 def float64_device(device: Any) -> Any:

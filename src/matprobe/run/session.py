@@ -53,6 +53,7 @@ from matprobe.run.selection import (
     one_spec_per_interpreted_family,
 )
 from matprobe.run.store import ResultStore, default_store_path
+from matprobe.run.witness import witness_outcome
 from matprobe.run.worker import Place, WorkerSet
 from matprobe.spec import MatmulSpec
 
@@ -378,7 +379,9 @@ class RunSession:
             ray=cluster,
             workers=workers,
         )
-        hold_to_reference(outcome, interleaved, store)
+        hold_to_reference(outcome, interleaved, store, device)
+        if self.plugins and cluster is None and device.kind in ("cpu", "cuda"):
+            notes += self._judge_apart(outcome, store, device, policy)
         if target.local_cuda:
             # Each card's clock before its worker loaded it, as the worker read it.
             found = {f"cuda:{w.place.index}": w.clocks_before for w in workers}
@@ -393,6 +396,18 @@ class RunSession:
                 store.add_to_run(run_id, {"peaks": peaks})
         store.finish_run(run_id, "interrupted" if outcome.interrupted else "done")
         return plan, outcome, peaks
+
+    def _judge_apart(
+        self, outcome: RunOutcome, store: ResultStore, device: DeviceInfo, policy: TimingPolicy
+    ) -> list[str]:
+        """The plugin rows that passed, witnessed (:mod:`~matprobe.run.witness`); the
+        report's note on it, said here too."""
+        factory = self.options.factory
+        said = witness_outcome(outcome, store, factory=factory, device=device, policy=policy)
+        if said is None:
+            return []
+        print(f"matprobe: {said}", file=self.stream)
+        return [said]
 
     def _add_notes(
         self, report: Report, target: _Target, plan: Plan, outcome: RunOutcome, notes: list[str]

@@ -1,0 +1,123 @@
+"""The process a witness (:mod:`~matprobe.run.witness`) runs a plugin's kernel in.
+
+It sets up, answers the judge's pings before it imports anything of the plugin's
+(so the judge learns what a message costs before plugin code could slow one),
+imports the plugin, then for each pair: attaches to the judge's block, builds
+the kernel on the input sets there, records ``calls`` calls — call ``i`` copies
+row ``i`` of the judge's ``x`` into its set's A, then writes row ``i`` of the
+judge's output block — and, on ``go``, replays the recording once and says
+``done`` when the card has finished. It sends JSON only (the judge unpickles
+nothing from plugin code); whatever this process says about itself, the judge
+believes only its own clock and the block.
+
+Messages, judge → here: ``("ping",)``, ``("import",)``, ``("pair", spec, family,
+params, device, handle, sets, calls)``, ``("go",)``, ``None`` to stop; here →
+judge: ``("ready",)``, ``("pong",)``, ``("imported",)``, ``("built",)``,
+``("done",)``, ``("error", text)``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+
+def input_slot(index: int, name: str) -> str:
+    """The shared block's name for tensor ``name`` of input set ``index``."""
+    return f"set{index}.{name}"
+
+
+def _send(conn: Connection, *message: Any) -> None:
+    conn.send_bytes(json.dumps(message).encode())
+
+
+def _witness_main(
+    conn: Connection,
+    factory: str,
+    plugins: tuple[str, ...],
+    kind: str,
+    index: int,
+    cpu_threads: int | None = None,
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the judge decides
+    try:
+        from matprobe.measure.sampling import recorder_for
+        from matprobe.measure.variants import resolve_factory, with_plugins
+        from matprobe.run.worker_process import _set_up_place
+
+        _set_up_place(kind, index, cpu_threads)
+        registry = resolve_factory(factory)
+        recorder = recorder_for(kind)
+        _send(conn, "ready")
+        # The recording, and the block's mapping, tensors and kernel it uses: kept
+        # until the next pair.
+        kept: tuple[Any, Any] = (None, None)
+        while True:
+            message = conn.recv()
+            if message is None:
+                return
+            word = message[0]
+            if word == "ping":
+                _send(conn, "pong")
+            elif word == "import":
+                registry = with_plugins(registry, plugins)
+                _send(conn, "imported")
+            elif word == "pair":
+                kept = (None, None)
+                try:
+                    kept = _record(registry, recorder, *message[1:])
+                except Exception:
+                    _send(conn, "error", traceback.format_exc(limit=3))
+                else:
+                    _send(conn, "built")
+            elif word == "go":
+                recorder.replay(kept[0])
+                recorder.sync()
+                _send(conn, "done")
+    except Exception:
+        _send(conn, "error", traceback.format_exc(limit=3))
+    finally:
+        conn.close()
+
+
+def _record(
+    registry: Any,
+    recorder: Any,
+    spec_data: dict[str, Any],
+    family: str,
+    params: list[list[Any]],
+    device_data: dict[str, Any],
+    handle: dict[str, Any],
+    sets: int,
+    calls: int,
+) -> tuple[Any, Any]:
+    """The kernel built on the judge's sets and its ``calls`` calls recorded; the
+    recording and what keeps the block attached."""
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.measure.inputs import assemble_inputs
+    from matprobe.measure.variants import Variant
+    from matprobe.run.shared_arena import attach
+    from matprobe.spec import MatmulSpec
+
+    spec = MatmulSpec.from_dict(spec_data)
+    variant = Variant(registry.family(family), tuple((str(k), v) for k, v in params))
+    tensors, keep = attach(handle)
+    inputs = [
+        assemble_inputs(spec, {name[len(input_slot(s, "")) :]: t for name, t in tensors.items()
+                               if name.startswith(input_slot(s, ""))})
+        for s in range(sets)
+    ]  # fmt: skip
+    fn = variant.build(spec, DeviceInfo.from_dict(device_data))
+    x, out = tensors["x"], tensors["out"]
+
+    def copy_x(i: int) -> Any:
+        return lambda: inputs[i % sets].a.copy_(x[i])
+
+    def call(i: int) -> Any:
+        return lambda: fn(inputs[i % sets], out[i])
+
+    steps = [step for i in range(calls) for step in (copy_x(i), call(i))]
+    return recorder.record(steps, 1), (keep, tensors, inputs, fn)

@@ -1,0 +1,141 @@
+"""The judge apart (``matprobe.run.witness``): a plugin written against the tamper
+snapshot turns its check off and rewrites its rows on their way out of its worker
+— a kernel writing zeros reported as a PASS with the fastest clock, an honest
+kernel reported twenty times faster than it runs. Both stood until a process
+that never imports a plugin posed, timed and judged problems of its own."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
+
+from matprobe.cli import main  # noqa: E402
+from matprobe.measure.results import ErrorKind, PairResult, Status  # noqa: E402
+from matprobe.run import session, witness  # noqa: E402
+from matprobe.run.shared_arena import Arena, attach  # noqa: E402
+from matprobe.run.store import ResultStore  # noqa: E402
+from test_tamper import ONE_SPEC, write  # noqa: E402
+
+#: Turns off its worker's tamper check, then rewrites every row of its own on the
+#: way out: a FAIL becomes a PASS at 1 µs a call, a PASS claims 1/20 of its time.
+FORGES_ITS_ROWS = """
+        from matprobe.measure import tamper as _tamper
+        from matprobe.run import worker_process as _wp
+        _tamper.Snapshot.changed = lambda self: []
+        _say = _wp._say
+        def _forged(conn, message):
+            if message[0] == "done" and message[2]["variant_id"].startswith("{prefix}."):
+                row = message[2]
+                clocks = row["clocks"]
+                if row["status"] != "pass":
+                    row.update(status="pass", reason="", error_kind=None)
+                    clocks["device"] = {"median_us": 1.0, "p10_us": 0.9, "p90_us": 1.1,
+                                        "samples": [1.0] * 10, "calls_per_sample": 1}
+                else:
+                    for name in ("median_us", "p10_us", "p90_us"):
+                        clocks["device"][name] /= 20
+            _say(conn, message)
+        _wp._say = _forged
+        """
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield tmp_path
+
+
+def rows_of(db: Path) -> dict[str, PairResult]:
+    with ResultStore(db, read_only=True) as store:
+        return {r.variant_id: r for r in store.results()}
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["in-its-worker-only", "judged-apart"])
+def test_a_plugin_that_forges_its_rows_stands_only_until_judged_apart(
+    here: Path, apart: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if not apart:  # the harness as it was: what the worker says is the row
+        monkeypatch.setattr(session, "witness_outcome", lambda *a, **k: None)
+    name = write(here, "forging_rows", FORGES_ITS_ROWS)
+    db = here / "r.sqlite"
+    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*"])
+    err = capsys.readouterr().err
+    rows = rows_of(db)
+    zeros, exact = rows["evil.zeros/default"], rows["evil.exact/default"]
+    if not apart:
+        assert zeros.status is Status.PASS and zeros.clocks.device.median_us == 1.0
+        assert exact.status is Status.PASS
+        return
+    assert zeros.status is Status.ERROR and zeros.error_kind is ErrorKind.TAMPER
+    assert "judged apart" in zeros.reason and "call 1/" in zeros.reason
+    assert exact.status is Status.ERROR, exact.reason
+    assert "calls took at least" in exact.reason
+    assert "2 passing plugin row(s)" in err and "0 stand, 2 made ERROR" in err
+
+
+def test_an_honest_plugin_stands_judged_apart(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = write(here, "honest_rows", "")
+    db = here / "r.sqlite"
+    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*"])
+    err = capsys.readouterr().err
+    rows = rows_of(db)
+    assert rows["evil.exact/default"].status is Status.PASS
+    assert rows["evil.zeros/default"].status is Status.FAIL
+    assert "1 passing plugin row(s)" in err and "1 stand, 0 made ERROR" in err
+
+
+def test_a_shared_block_is_the_same_memory_on_both_sides() -> None:
+    wanted = [("w", (3, 5), torch.float16), ("x", (7,), torch.bfloat16), ("n", (2,), torch.int8)]
+    arena = Arena(wanted, "cpu")
+    try:
+        tensors, keep = attach(arena.handle())
+        for name, shape, dtype in wanted:
+            assert tensors[name].shape == shape and tensors[name].dtype == dtype
+            assert tensors[name].data_ptr() % 256 == 0 or name == "w"
+        tensors["w"].fill_(1.5)
+        tensors["x"].copy_(torch.arange(7))
+        assert bool((arena.tensors["w"] == 1.5).all())
+        assert arena.tensors["x"].tolist() == list(range(7))
+        del tensors, keep
+    finally:
+        arena.close()
+
+
+@pytest.mark.parametrize(
+    ("claim_us", "sets", "calls"),
+    [(None, 1, witness.MIN_CALLS), (1e6, 1, witness.MIN_CALLS), (20.0, 7, 1001), (0.001, 3, 2001)],
+)
+def test_a_witness_makes_enough_calls_for_its_clock_every_set_as_often(
+    claim_us: float | None, sets: int, calls: int
+) -> None:
+    assert witness._calls(claim_us, sets) == calls
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("cheat", ["", FORGES_ITS_ROWS], ids=["honest", "forger"])
+def test_on_a_card_the_witness_shares_the_problems_by_cuda_ipc(
+    here: Path, cheat: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = write(here, "card_rows", cheat)
+    db = here / "r.sqlite"
+    spec = ("--device", "cuda", "--op", "matmul")
+    main(["run", "--plugin", name, *spec, "--db", str(db), "--variants", "evil.*", "torch.*"])
+    err = capsys.readouterr().err
+    rows = [r for r in rows_of(db).values() if r.variant_id.startswith("evil.")]
+    assert rows and "judged apart" in err
+    for row in rows:
+        if cheat:  # the zeros kernel's outputs fail; the exact one is slower than it says
+            assert row.status is Status.ERROR and "judged apart" in row.reason, row.reason
+            fell = "call 1/" if row.variant_id == "evil.zeros/default" else "calls took at least"
+            assert fell in row.reason, row.reason
+        elif row.variant_id == "evil.exact/default":
+            assert row.status is Status.PASS, row.reason
