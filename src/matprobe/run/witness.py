@@ -73,9 +73,11 @@ MIN_CALLS, MAX_CALLS = 8, 2000
 #: By how much a row's claimed time a call may fall below the witnessed lower
 #: bound (per device kind). On an H200 honest rows claimed 0.955–1.137× of it (32
 #: rows: cuBLAS, two Triton GEMVs, a float64 kernel, on the four weight matmuls of
-#: the built-in profile; BENCHMARKS.md, twentieth session); the CPU's wall clock,
-#: shared with the host, 0.71× on the LM head.
-CLOCK_TOLERANCE = {"cuda": 0.15, "cpu": 0.5}
+#: the built-in profile; BENCHMARKS.md, twentieth session). The CPU's wall clock,
+#: shared with the host, is loose: an honest float64 kernel claimed 0.71× of its
+#: bound on the LM head, and under 0.5× on the qkv shape in a CI run of the suite;
+#: there only a claim under a fifth of the bound fails (a claim of 1/20 does).
+CLOCK_TOLERANCE = {"cuda": 0.15, "cpu": 0.8}
 #: Pings before the plugin is imported; the slowest is what a message costs.
 PINGS = 8
 START_TIMEOUT_S = 180.0
@@ -288,7 +290,7 @@ class _Judged:
         """``claim_us`` held to the lower bound ``seen`` gives a call — after one more
         round with new problems when it falls short (the host may have been busy
         once; a kernel that is not that fast is twice)."""
-        tolerance = CLOCK_TOLERANCE.get(self.device.kind, 0.5)
+        tolerance = CLOCK_TOLERANCE.get(self.device.kind, 0.8)
         lower = seen.lower_us(process.latency_s, _copies_s(self.sets, seen.x, self.device))
         if claim_us < lower * (1 - tolerance):
             again = self.round(process)
