@@ -44,6 +44,22 @@ FORGES_ITS_ROWS = """
         """
 
 
+#: Also makes its witness say "done" before its calls have run: each replay is
+#: started in a thread of its own and left running. Were the witness's clock to
+#: stop at that word, the calls would take no time at all.
+SAYS_DONE_EARLY = (
+    FORGES_ITS_ROWS
+    + """
+        import threading
+        from matprobe.measure import sampling as _sampling
+        _replay = _sampling.CpuRecorder.replay
+        def _early(self, recording):
+            threading.Thread(target=_replay, args=(self, recording)).start()
+        _sampling.CpuRecorder.replay = _early
+        """
+)
+
+
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
@@ -139,3 +155,43 @@ def test_on_a_card_the_witness_shares_the_problems_by_cuda_ipc(
             assert fell in row.reason, row.reason
         elif row.variant_id == "evil.exact/default":
             assert row.status is Status.PASS, row.reason
+
+
+def test_a_witness_that_hears_done_early_waits_for_every_output(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outputs start as NaN and the witness's clock runs until none is left: the
+    exact kernel's outputs are all there to judge (they pass) and its claim of
+    1/20 of its time meets the time they took."""
+    name = write(here, "early_rows", SAYS_DONE_EARLY)
+    db = here / "r.sqlite"
+    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.exact"])
+    capsys.readouterr()
+    row = rows_of(db)["evil.exact/default"]
+    assert row.status is Status.ERROR and "calls took at least" in row.reason, row.reason
+
+
+#: On a card: its witness process says "done" as soon as the replay is launched.
+SAYS_DONE_EARLY_ON_A_CARD = (
+    FORGES_ITS_ROWS
+    + """
+        from matprobe.measure import sampling as _sampling
+        _sampling.CudaRecorder.sync = lambda self: None
+        """
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_on_a_card_a_witness_that_hears_done_early_waits_for_every_output(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = write(here, "early_card_rows", SAYS_DONE_EARLY_ON_A_CARD)
+    db = here / "r.sqlite"
+    spec = ("--device", "cuda", "--op", "matmul")
+    main(["run", "--plugin", name, *spec, "--db", str(db), "--variants", "evil.exact"])
+    capsys.readouterr()
+    rows = [r for r in rows_of(db).values() if r.variant_id == "evil.exact/default"]
+    assert rows
+    for row in rows:
+        assert row.status is Status.ERROR and "calls took at least" in row.reason, row.reason
