@@ -124,6 +124,22 @@ def test_a_winner_measured_with_other_code_is_refused() -> None:
         tables_from_report(report, fake_registry())
 
 
+def test_a_plugins_winner_goes_in_only_if_the_runs_witness_let_it_stand() -> None:
+    """A plugin's row is what its own worker said (which a plugin can forge): its
+    kernel is crowned only where the run's judge apart saw it stand."""
+    fast = profiled(GEMV, 24)
+    registry = fake_registry()
+    plugin = dataclasses.replace(registry.family(OURS), origin="my_kernels")
+    registry = Registry([*(f for f in registry.families() if f.name != OURS), plugin])
+    mine = current(result(fast, OURS, 6.0, ratio=ratio(0.6, 0.58, 0.62)), registry)
+    report = report_of([(fast, [result(fast, BASE, 10.0), mine])])
+    with pytest.raises(DispatchError, match="did not judge apart"):
+        tables_from_report(report, registry)
+    (table,) = tables_from_report(report, registry, witnessed={(fast.key(), mine.variant_id)})
+    winner = table.lookup(MatmulSpec.parse(fast.key()))
+    assert winner is not None and winner.family == OURS
+
+
 def test_a_shape_without_a_timed_baseline_gets_no_entry() -> None:
     spec = profiled(GEMV, 24)
     report = report_of([(spec, [result(spec, OURS, 6.0)])])

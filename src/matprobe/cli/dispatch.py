@@ -13,14 +13,26 @@ from matprobe.errors import MatprobeError
 from matprobe.safetext import term_safe
 
 
-def export_tables(report: Any, plugins: Sequence[str], out_dir: Path, out: TextIO) -> int:
+def export_tables(
+    report: Any, plugins: Sequence[str], out_dir: Path, out: TextIO, db: Path | None = None
+) -> int:
     """Write one table per dtype of ``report`` into ``out_dir`` and list them; 1 when
-    the run gave nothing to export (no spec with a timed baseline)."""
+    the run gave nothing to export (no spec with a timed baseline). ``db``: the store
+    that holds the run (what its witness let stand; default: the default store)."""
     from matprobe.dispatch.export import tables_from_report, write_tables
     from matprobe.run.plugin_process import described_registry
+    from matprobe.run.store import ResultStore, default_store_path
+    from matprobe.run.witness import stood_apart
 
     registry = described_registry(plugins=plugins)  # the plugins imported in a child only
-    tables = tables_from_report(report, registry, plugins=plugins, source=report.source)
+    witnessed: set[tuple[str, str]] = set()
+    if plugins:
+        with ResultStore(db or default_store_path(), read_only=True) as store:
+            record = store.run(report.run_id)
+        witnessed = stood_apart(record.environment) if record is not None else set()
+    tables = tables_from_report(
+        report, registry, plugins=plugins, source=report.source, witnessed=witnessed
+    )
     if not tables:
         out.write("matprobe dispatch: no spec with a timed baseline in this run: no table\n")
         return 1
@@ -57,7 +69,7 @@ def cmd_dispatch(args: argparse.Namespace, out: TextIO) -> int:
             raise MatprobeError(f"{db} holds no run")
         run_id = args.run if args.run is not None else runs[-1].id
         report = load_report(store, run_id)
-    return export_tables(report, tuple(args.plugin or ()), Path(args.out), out)
+    return export_tables(report, tuple(args.plugin or ()), Path(args.out), out, db)
 
 
 def register(sub: Any) -> None:

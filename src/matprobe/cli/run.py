@@ -118,7 +118,8 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     if args.dispatch and not result.interrupted:
         from matprobe.cli.dispatch import export_tables
 
-        export_tables(report, tuple(args.plugin or ()), Path(args.dispatch), sys.stderr)
+        db = Path(args.db) if args.db else None
+        export_tables(report, tuple(args.plugin or ()), Path(args.dispatch), sys.stderr, db)
     if result.interrupted:
         print("matprobe: interrupted; finished pairs are stored", file=sys.stderr)
         return 130

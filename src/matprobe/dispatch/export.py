@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from matprobe.dispatch.table import DispatchError, DispatchTable, Entry
@@ -45,13 +45,33 @@ def _current(row: Row, registry: Registry) -> None:
         )
 
 
-def _entry(section: SpecSection, baseline_name: str, registry: Registry) -> Entry | None:
+def _judged_apart(row: Row, registry: Registry, witnessed: Collection[tuple[str, str]]) -> None:
+    """A plugin's winner must have stood before the run's witness (the judge apart,
+    ``matprobe.run.witness``): its row alone is what its own worker said."""
+    result = row.result
+    if registry.family(result.family).is_plugin and (
+        (result.spec_key, result.variant_id) not in witnessed
+    ):
+        raise DispatchError(
+            f"{result.variant_id} on {result.spec_key} is a plugin's kernel that this run "
+            "did not judge apart (its rows come from its own worker; a run on this host's "
+            "CPU or CUDA card judges them): re-run it, then export"
+        )
+
+
+def _entry(
+    section: SpecSection,
+    baseline_name: str,
+    registry: Registry,
+    witnessed: Collection[tuple[str, str]],
+) -> Entry | None:
     base = next((r for r in section.rows if r.is_baseline and r.timed), None)
     if base is None or base.device_us is None:
         return None
     best = section.best_row
     if best is not None and best.device_us is not None and _wins(best, base.device_us):
         _current(best, registry)
+        _judged_apart(best, registry, witnessed)
         ratio = best.ratio
         return Entry(
             spec=section.spec.key(),
@@ -75,16 +95,23 @@ def _entry(section: SpecSection, baseline_name: str, registry: Registry) -> Entr
 
 
 def tables_from_report(
-    report: Report, registry: Registry, *, plugins: Sequence[str] = (), source: str = ""
+    report: Report,
+    registry: Registry,
+    *,
+    plugins: Sequence[str] = (),
+    source: str = "",
+    witnessed: Collection[tuple[str, str]] = (),
 ) -> list[DispatchTable]:
-    """One table per dtype of the report's specs that have a timed baseline."""
+    """One table per dtype of the report's specs that have a timed baseline.
+    ``witnessed``: the (spec key, variant id) of every plugin row the run's witness
+    let stand — a plugin's winner must be one."""
     by_dtype: dict[str, list[Entry]] = {}
     sources: dict[str, dict[str, str]] = {}  # by dtype: the files the winners ran
     baseline_name = "torch.matmul"
     for section in report.sections:
         if section.baseline_id:
             baseline_name = section.baseline_id.split("/", 1)[0]
-        entry = _entry(section, baseline_name, registry)
+        entry = _entry(section, baseline_name, registry, witnessed)
         if entry is not None:
             dtype = section.spec.dtype or "f32"
             by_dtype.setdefault(dtype, []).append(entry)

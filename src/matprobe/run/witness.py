@@ -451,3 +451,16 @@ def witness_outcome(
         f"and judged by a process that never imported a plugin ({calls} calls); "
         f"{len(seen) - len(changed)} stand, {len(changed)} made ERROR"
     )
+
+
+def stood_apart(environment: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """(spec key, variant id) of every plugin row a run's witness let stand, from
+    what the run stored (``judged_apart``)."""
+    entries = environment.get("judged_apart")
+    if not isinstance(entries, list):
+        return set()
+    return {
+        (str(e["spec"]), str(e["variant"]))
+        for e in entries
+        if isinstance(e, dict) and "spec" in e and "variant" in e and not e.get("problem")
+    }
