@@ -50,12 +50,13 @@ FORGES_ITS_ROWS = """
 SAYS_DONE_EARLY = (
     FORGES_ITS_ROWS
     + """
-        import threading
+        import sys, threading
         from matprobe.measure import sampling as _sampling
         _replay = _sampling.CpuRecorder.replay
         def _early(self, recording):
             threading.Thread(target=_replay, args=(self, recording)).start()
-        _sampling.CpuRecorder.replay = _early
+        if "matprobe.run.witness_child" in sys.modules:  # in the witness's process only
+            _sampling.CpuRecorder.replay = _early
         """
 )
 
