@@ -71,13 +71,13 @@ BRACKET_S = 0.02
 #: Calls a witness makes at least (a row with no device clock: these only), at most.
 MIN_CALLS, MAX_CALLS = 8, 2000
 #: By how much a row's claimed time a call may fall below the witnessed lower
-#: bound (per device kind). On an H200 honest rows claimed 0.955–1.137× of it (32
+#: bound, per device kind. On an H200 honest rows claimed 0.955–1.165× of it (48
 #: rows: cuBLAS, two Triton GEMVs, a float64 kernel, on the four weight matmuls of
 #: the built-in profile; BENCHMARKS.md, twentieth session). The CPU's wall clock,
-#: shared with the host, is loose: an honest float64 kernel claimed 0.71× of its
-#: bound on the LM head, and under 0.5× on the qkv shape in a CI run of the suite;
-#: there only a claim under a fifth of the bound fails (a claim of 1/20 does).
-CLOCK_TOLERANCE = {"cuda": 0.15, "cpu": 0.8}
+#: shared with the host, is not held at all: honest rows claimed 0.33–2.5× of their
+#: bound on a 2-core machine, and CI runs of the suite raised false alarms at
+#: thresholds of 50 % and 80 %; there only the outputs are judged.
+CLOCK_TOLERANCE = {"cuda": 0.15}
 #: Pings before the plugin is imported; the slowest is what a message costs.
 PINGS = 8
 START_TIMEOUT_S = 180.0
@@ -225,7 +225,7 @@ def witness_pair(
         process.expect("built", PAIR_TIMEOUT_S)
         judged = _Judged(spec, variant, device, sets, arena)
         seen = judged.round(process)
-        if seen.problem is not None or claim_us is None:
+        if seen.problem is not None or claim_us is None or device.kind not in CLOCK_TOLERANCE:
             return Witnessed(calls, seen.seconds, None, seen.problem)
         return judged.hold_clock(process, seen, claim_us)
     finally:
@@ -297,7 +297,7 @@ class _Judged:
         """``claim_us`` held to the lower bound ``seen`` gives a call — after one more
         round with new problems when it falls short (the host may have been busy
         once; a kernel that is not that fast is twice)."""
-        tolerance = CLOCK_TOLERANCE.get(self.device.kind, 0.8)
+        tolerance = CLOCK_TOLERANCE[self.device.kind]
         lower = seen.lower_us(process.latency_s, _copies_s(self.sets, seen.x, self.device))
         if claim_us < lower * (1 - tolerance):
             again = self.round(process)
