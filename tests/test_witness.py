@@ -2,7 +2,8 @@
 snapshot turns its check off and rewrites its rows on their way out of its worker
 — a kernel writing zeros reported as a PASS with the fastest clock, an honest
 kernel reported twenty times faster than it runs. Both stood until a process
-that never imports a plugin posed, timed and judged problems of its own."""
+that never imports a plugin posed, timed and judged problems of its own (the
+clock on a card only: the CPU's shared wall clock is too loose to hold)."""
 
 from __future__ import annotations
 
