@@ -1,9 +1,10 @@
 """The judge apart (``matprobe.run.witness``): a plugin written against the tamper
 snapshot turns its check off and rewrites its rows on their way out of its worker
 — a kernel writing zeros reported as a PASS with the fastest clock, an honest
-kernel reported twenty times faster than it runs. Both stood until a process
-that never imports a plugin posed, timed and judged problems of its own (the
-clock on a card only: the CPU's shared wall clock is too loose to hold)."""
+kernel reported fifty times faster than it runs. Both stood until a process
+that never imports a plugin posed, timed and judged problems of its own, and
+timed the baseline on them in a process of its own (on a card the time a call
+takes is held too; the CPU's shared wall clock holds only gross lies)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build 
 
 from matprobe.cli import main  # noqa: E402
 from matprobe.measure.results import ErrorKind, PairResult, Status  # noqa: E402
-from matprobe.run import session, witness  # noqa: E402
+from matprobe.run import session, witness, witness_rounds  # noqa: E402
 from matprobe.run.shared_arena import Arena, attach  # noqa: E402
 from matprobe.run.store import ResultStore  # noqa: E402
 from test_tamper import ONE_SPEC, write  # noqa: E402
 
 #: Turns off its worker's tamper check, then rewrites every row of its own on the
-#: way out: a FAIL becomes a PASS at 1 µs a call, a PASS claims 1/20 of its time.
+#: way out: a FAIL becomes a PASS at 1 µs a call, a PASS claims 1/50 of its time.
 FORGES_ITS_ROWS = """
         from matprobe.measure import tamper as _tamper
         from matprobe.run import worker_process as _wp
@@ -39,7 +40,7 @@ FORGES_ITS_ROWS = """
                                         "samples": [1.0] * 10, "calls_per_sample": 1}
                 else:
                     for name in ("median_us", "p10_us", "p90_us"):
-                        clocks["device"][name] /= 20
+                        clocks["device"][name] /= 50
             _say(conn, message)
         _wp._say = _forged
         """
@@ -75,10 +76,11 @@ def test_a_plugin_that_forges_its_rows_stands_only_until_judged_apart(
         return
     assert zeros.status is Status.ERROR and zeros.error_kind is ErrorKind.TAMPER
     assert "judged apart" in zeros.reason and "call 1/" in zeros.reason
-    # Its forged clock stands on the CPU, whose shared wall clock the witness does
-    # not hold (on a card it fails: the GPU test below); its outputs are right.
-    assert exact.status is Status.PASS, exact.reason
-    assert "2 passing plugin row(s)" in err and "1 stand, 1 made ERROR" in err
+    # Its outputs are right; its forged clock fails against the baseline's, both
+    # timed by the witness (on the CPU only a claim ten times too good does).
+    assert exact.status is Status.ERROR and exact.error_kind is ErrorKind.TAMPER
+    assert "baseline's" in exact.reason and "in a process of its own" in exact.reason
+    assert "2 passing plugin row(s)" in err and "0 stand, 2 made ERROR" in err
 
 
 def test_an_honest_plugin_stands_judged_apart(
@@ -167,3 +169,39 @@ def test_on_a_card_a_witness_that_hears_done_early_waits_for_every_output(
     assert rows
     for row in rows:
         assert row.status is Status.ERROR and "calls took at least" in row.reason, row.reason
+
+
+@pytest.mark.parametrize(
+    ("kind", "claim", "lowers", "base_lowers", "fails"),
+    [
+        # On a card the time a call claims is held to the witnessed bound, 15 % slack.
+        ("cuda", witness_rounds.Claim(8.6, None, None), [10.0, 12.0], [], None),
+        (
+            "cuda",
+            witness_rounds.Claim(8.4, None, None),
+            [10.0, 12.0],
+            [],
+            "calls took at least 10.00",
+        ),
+        # ... and its ratio to the fastest baseline round, 15 % slack.
+        ("cuda", witness_rounds.Claim(10.0, 0.86, "b"), [10.0], [10.0, 11.0], None),
+        ("cuda", witness_rounds.Claim(10.0, 0.84, "b"), [10.0], [10.0, 11.0], "1.000× of it"),
+        # On the CPU only a ratio ten times too good fails; no absolute bound.
+        ("cpu", witness_rounds.Claim(0.1, 0.11, "b"), [10.0], [10.0], None),
+        ("cpu", witness_rounds.Claim(0.1, 0.09, "b"), [10.0], [10.0], "the row claims 0.090×"),
+        # Without a baseline's rounds (no ratio claimed), nothing is held on the CPU.
+        ("cpu", witness_rounds.Claim(0.001, None, None), [10.0], [], None),
+    ],
+)
+def test_a_claim_is_held_to_the_fastest_rounds_the_witness_timed(
+    kind: str,
+    claim: witness_rounds.Claim,
+    lowers: list[float],
+    base_lowers: list[float],
+    fails: str | None,
+) -> None:
+    problem = witness_rounds.short_of(kind, lowers, base_lowers, claim, 100)
+    if fails is None:
+        assert problem is None
+    else:
+        assert problem is not None and fails in problem and "judged apart" in problem

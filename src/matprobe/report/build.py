@@ -19,7 +19,7 @@ from typing import Any
 
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.results import PairResult, Status
-from matprobe.measure.timing import TimingPolicy
+from matprobe.measure.timing import TimingPolicy, throttling
 from matprobe.measure.variants import Variant
 from matprobe.report.cells import short_label
 from matprobe.report.model import CLOCKS_DISAGREE_TAG, Report, Row, SpecSection, pair_base_tag
@@ -344,3 +344,34 @@ def early_launch_note(plan: Plan) -> str:
         param = variant.family.early_launch_param
         tags.append(f"{param}{variant.param_dict.get(param or '')}")
     return EARLY_LAUNCH_NOTE.format(which="/".join(sorted(set(tags))))
+
+
+def clock_note(before: dict[str, str], after: dict[str, str]) -> str:
+    """The SM clock before and after a CUDA run and any throttling, or "" when
+    nvidia-smi said nothing."""
+    if not before and not after:
+        return ""
+    held = sorted(set(throttling(before) + throttling(after)))
+    sm = "clocks.sm"
+    return (
+        f"SM clock {before.get(sm, '?')} before, {after.get(sm, '?')} after (max "
+        f"{after.get('clocks.max.sm', '?')}); "
+        + (f"WARNING: throttled ({', '.join(held)})" if held else "no throttling")
+    )
+
+
+def cards_note(outcome: RunOutcome, labels: Sequence[str]) -> str:
+    """How many of this run's fresh rows each card measured (each row says its card)."""
+    counts = dict.fromkeys(labels, 0)
+    for result in outcome.results.values():
+        if result.run_id != outcome.run_id:
+            continue  # cached, or measured by another run on the same store
+        for note in result.clocks.notes:
+            label = note.removeprefix("card ")
+            if note.startswith("card ") and label in counts:
+                counts[label] += 1
+    spread = ", ".join(f"{label} {n}" for label, n in counts.items())
+    return (
+        f"{len(labels)} cards in parallel, one worker each (pairs measured: {spread}); a "
+        "candidate and its baseline always on the same card; each row's notes name its card"
+    )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 from matprobe.errors import MatprobeError
 from matprobe.measure.device import DeviceInfo, detect
 from matprobe.measure.seeds import new_run_seed
-from matprobe.measure.timing import TimingPolicy, gpu_clock_state, throttling
+from matprobe.measure.timing import TimingPolicy, gpu_clock_state
 from matprobe.measure.variants import SHIPPED_FACTORY, Variant
-from matprobe.report.build import build_report, early_launch_note
+from matprobe.report.build import build_report, cards_note, clock_note, early_launch_note
 from matprobe.report.model import Report
 from matprobe.report.progress import run_progress
 from matprobe.report.stored_report import save_report
@@ -137,20 +137,6 @@ def record_peaks(device: DeviceInfo, store: ResultStore, peaks: dict[str, Any]) 
         device.fingerprint, {**peaks, "measured_at": dt.datetime.now(dt.timezone.utc).isoformat()}
     )
     return peaks
-
-
-def clock_note(before: dict[str, str], after: dict[str, str]) -> str:
-    """The SM clock before and after a CUDA run and any throttling, or "" when
-    nvidia-smi said nothing."""
-    if not before and not after:
-        return ""
-    held = sorted(set(throttling(before) + throttling(after)))
-    sm = "clocks.sm"
-    return (
-        f"SM clock {before.get(sm, '?')} before, {after.get(sm, '?')} after (max "
-        f"{after.get('clocks.max.sm', '?')}); "
-        + (f"WARNING: throttled ({', '.join(held)})" if held else "no throttling")
-    )
 
 
 class RunSession:
@@ -381,7 +367,7 @@ class RunSession:
         )
         hold_to_reference(outcome, interleaved, store, device)
         if self.plugins and cluster is None and device.kind in ("cpu", "cuda"):
-            notes += self._judge_apart(outcome, store, device, policy)
+            notes += self._judge_apart(outcome, store, device, policy, interleaved)
         if target.local_cuda:
             # Each card's clock before its worker loaded it, as the worker read it.
             found = {f"cuda:{w.place.index}": w.clocks_before for w in workers}
@@ -398,12 +384,23 @@ class RunSession:
         return plan, outcome, peaks
 
     def _judge_apart(
-        self, outcome: RunOutcome, store: ResultStore, device: DeviceInfo, policy: TimingPolicy
+        self,
+        outcome: RunOutcome,
+        store: ResultStore,
+        device: DeviceInfo,
+        policy: TimingPolicy,
+        baselines: Mapping[str, Variant | None],
     ) -> list[str]:
         """The plugin rows that passed, witnessed (:mod:`~matprobe.run.witness`); the
         report's note on it, said here too."""
-        factory = self.options.factory
-        said = witness_outcome(outcome, store, factory=factory, device=device, policy=policy)
+        said = witness_outcome(
+            outcome,
+            store,
+            factory=self.options.factory,
+            device=device,
+            policy=policy,
+            baselines=baselines,
+        )
         if said is None:
             return []
         print(f"matprobe: {said}", file=self.stream)
@@ -454,23 +451,6 @@ class _Target:
         if self.slots:
             return {slot.label: slot.device.index for slot in self.slots}
         return {f"cuda:{self.device.index}": self.device.index}
-
-
-def cards_note(outcome: RunOutcome, labels: Sequence[str]) -> str:
-    """How many of this run's fresh rows each card measured (each row says its card)."""
-    counts = dict.fromkeys(labels, 0)
-    for result in outcome.results.values():
-        if result.run_id != outcome.run_id:
-            continue  # cached, or measured by another run on the same store
-        for note in result.clocks.notes:
-            label = note.removeprefix("card ")
-            if note.startswith("card ") and label in counts:
-                counts[label] += 1
-    spread = ", ".join(f"{label} {n}" for label, n in counts.items())
-    return (
-        f"{len(labels)} cards in parallel, one worker each (pairs measured: {spread}); a "
-        "candidate and its baseline always on the same card; each row's notes name its card"
-    )
 
 
 def _dry_run_store(db: str | Path | None) -> ResultStore:
