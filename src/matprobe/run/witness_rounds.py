@@ -42,7 +42,7 @@ CLOCK_TOLERANCE = {"cuda": 0.15}
 #: that never imported a plugin, its rounds turn about with the kernel's, the
 #: plugin's process stopped meanwhile. On the CPU this is the only clock held, and
 #: loosely: on this repo's 2-core machine an honest plugin's claimed ratio was
-#: 0.37–4.1× the witnessed one over 195 rows of the README's example (its tiny
+#: 0.37–4.1× the witnessed one over 312 rows of the README's example (its tiny
 #: products take 60–130 µs of dispatch a call, whose cost moves between processes
 #: by up to 2×; the worker's own clock moved 3× between runs) — so only a claim
 #: more than ten times better than what the witness saw is an ERROR there.
