@@ -40,6 +40,8 @@ WINNERS_F16 = {
 def policies(dtype: str) -> dict[str, dict[str, DecodeTile]]:
     if os.environ.get("ISOLATE"):  # which of the winners' sites make the difference
         return isolating(dtype)
+    if os.environ.get("SWEEP") == "warps":  # fewer warps: wider loads a thread
+        return warps_and_rows(dtype)
     if dtype == "q8_0":
         return {
             "default": {},
@@ -106,6 +108,27 @@ def isolating(dtype: str) -> dict[str, dict[str, DecodeTile]]:
         "winners-again": winners,
         "default-again": {},
     }
+
+
+def warps_and_rows(dtype: str) -> dict[str, dict[str, DecodeTile]]:
+    """Two warps (a thread's loads twice as wide as with four) and other row counts,
+    site by site (twenty-first session)."""
+    w2 = DecodeTile(0, 0, 2)
+    chosen = {
+        "default": {},
+        "all-w2": {s: w2 for s in SITES},
+        "gate_up-w2": {"gate_up": w2},
+        "lm_head-w2": {"lm_head": w2},
+        "qkv+o_proj-w2": {"qkv": w2, "o_proj": w2},
+        "down-w4": {"down": DecodeTile(0, 0, 4)},
+    }
+    if dtype == "q8_0":
+        chosen |= {
+            "gate_up-bn2": {"gate_up": DecodeTile(2, 0, 0)},
+            "gate_up-bn8": {"gate_up": DecodeTile(8, 0, 0)},
+            "qkv+o_proj-bn2": {"qkv": DecodeTile(2, 0, 0), "o_proj": DecodeTile(2, 0, 0)},
+        }
+    return chosen | {"default-again": {}}
 
 
 def merged(default: dict[str, DecodeTile], change: dict[str, DecodeTile]) -> dict[str, DecodeTile]:

@@ -96,57 +96,26 @@ class ModelConfig:
             )
 
 
-def _model(
-    name: str,
-    hidden: int,
-    intermediate: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    vocab: int,
-    layers: int,
-    *,
-    qkv_bias: bool,
-    tie_embeddings: bool,
-    repo: str,
-    rms_eps: float,
-) -> ModelConfig:
-    return ModelConfig(
-        name=name,
-        hidden=hidden,
-        intermediate=intermediate,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        vocab=vocab,
-        layers=layers,
-        qkv_bias=qkv_bias,
-        tie_embeddings=tie_embeddings,
-        source=f"{repo} config.json",
-        rms_eps=rms_eps,
-    )
-
-
 #: Published configs, keyed by lowercase name. Qwen2.5 has a bias on Q, K and
 #: V; Llama has none. Small models tie lm_head to the embedding. ``rms_norm_eps``:
 #: 1e-6 for Qwen2.5, 1e-5 for Llama 3.x.
 MODELS: dict[str, ModelConfig] = {
     config.name: config
     for config in (
-        _model("qwen2.5-0.5b", 896, 4864, 14, 2, 64, 151936, 24,
-               qkv_bias=True, tie_embeddings=True, repo="Qwen/Qwen2.5-0.5B", rms_eps=1e-6),
-        _model("qwen2.5-1.5b", 1536, 8960, 12, 2, 128, 151936, 28,
-               qkv_bias=True, tie_embeddings=True, repo="Qwen/Qwen2.5-1.5B", rms_eps=1e-6),
-        _model("qwen2.5-3b", 2048, 11008, 16, 2, 128, 151936, 36,
-               qkv_bias=True, tie_embeddings=True, repo="Qwen/Qwen2.5-3B", rms_eps=1e-6),
-        _model("qwen2.5-7b", 3584, 18944, 28, 4, 128, 152064, 28,
-               qkv_bias=True, tie_embeddings=False, repo="Qwen/Qwen2.5-7B", rms_eps=1e-6),
-        _model("llama-3.2-1b", 2048, 8192, 32, 8, 64, 128256, 16,
-               qkv_bias=False, tie_embeddings=True, repo="meta-llama/Llama-3.2-1B", rms_eps=1e-5),
-        _model("llama-3.2-3b", 3072, 8192, 24, 8, 128, 128256, 28,
-               qkv_bias=False, tie_embeddings=True, repo="meta-llama/Llama-3.2-3B", rms_eps=1e-5),
-        _model("llama-3.1-8b", 4096, 14336, 32, 8, 128, 128256, 32,
-               qkv_bias=False, tie_embeddings=False, repo="meta-llama/Llama-3.1-8B", rms_eps=1e-5),
+        ModelConfig("qwen2.5-0.5b", 896, 4864, 14, 2, 64, 151936, 24, qkv_bias=True,
+            tie_embeddings=True, source="Qwen/Qwen2.5-0.5B config.json", rms_eps=1e-6),
+        ModelConfig("qwen2.5-1.5b", 1536, 8960, 12, 2, 128, 151936, 28, qkv_bias=True,
+            tie_embeddings=True, source="Qwen/Qwen2.5-1.5B config.json", rms_eps=1e-6),
+        ModelConfig("qwen2.5-3b", 2048, 11008, 16, 2, 128, 151936, 36, qkv_bias=True,
+            tie_embeddings=True, source="Qwen/Qwen2.5-3B config.json", rms_eps=1e-6),
+        ModelConfig("qwen2.5-7b", 3584, 18944, 28, 4, 128, 152064, 28, qkv_bias=True,
+            tie_embeddings=False, source="Qwen/Qwen2.5-7B config.json", rms_eps=1e-6),
+        ModelConfig("llama-3.2-1b", 2048, 8192, 32, 8, 64, 128256, 16, qkv_bias=False,
+            tie_embeddings=True, source="meta-llama/Llama-3.2-1B config.json", rms_eps=1e-5),
+        ModelConfig("llama-3.2-3b", 3072, 8192, 24, 8, 128, 128256, 28, qkv_bias=False,
+            tie_embeddings=True, source="meta-llama/Llama-3.2-3B config.json", rms_eps=1e-5),
+        ModelConfig("llama-3.1-8b", 4096, 14336, 32, 8, 128, 128256, 32, qkv_bias=False,
+            tie_embeddings=False, source="meta-llama/Llama-3.1-8B config.json", rms_eps=1e-5),
     )
 }  # fmt: skip
 

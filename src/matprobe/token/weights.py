@@ -68,18 +68,9 @@ def small_config(
     changed: odd sizes make awkward shapes). ``head_dim`` must be even (RoPE
     rotates pairs). The vocabulary (320) differs from the gate/up width (256), so
     the LM head and gate/up are two specs, as in a real model, not one."""
+    sizes = (hidden, intermediate, heads, kv_heads, head_dim, vocab, layers)
     return ModelConfig(
-        name=name,
-        hidden=hidden,
-        intermediate=intermediate,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        vocab=vocab,
-        layers=layers,
-        qkv_bias=qkv_bias,
-        tie_embeddings=False,
-        source="matprobe.token.small_config",
+        name, *sizes, qkv_bias, tie_embeddings=False, source="matprobe.token.small_config"
     )
 
 

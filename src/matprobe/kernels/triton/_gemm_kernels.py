@@ -27,9 +27,6 @@ patterns it stores bf16 in (triton 3.9), so the wrapper sets INTERPRETED_BF16
 there and the tiles are upcast to f32 first (bf16 products are exact in fp32:
 the same sums the tensor cores make). Compiled for a GPU the flag is off and
 the branch is not generated.
-
-Kept in its own module so that importing ``matprobe.kernels.triton.gemm``
-never imports triton, and so that the family can fingerprint this file's text.
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]

@@ -5,9 +5,6 @@ stored ``[batch, n, k]`` (the weight layout, tB = 1). Each program computes
 BLOCK_N outputs of one batch entry, walking K in BLOCK_K tiles; products are
 summed in fp32; the shared epilogue (``_blocks``) runs in fp32 before one
 cast on store.
-
-Kept in its own module so that importing ``matprobe.kernels.triton.gemv``
-never imports triton, and so that the family can fingerprint this file's text.
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]

@@ -18,9 +18,6 @@ MODE (constexpr) picks what a program does with its column sums:
   again after every call (graph replay) — and runs the epilogue.
 * 2 — split K, partial sums only; :func:`gemv_tn_finalize_kernel` (a second
   launch) applies the epilogue and zeroes the workspace.
-
-Kept in its own module so that importing ``matprobe.kernels.triton.gemv_tn``
-never imports triton, and so that the family can fingerprint this file's text.
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]

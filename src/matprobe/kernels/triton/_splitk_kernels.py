@@ -16,9 +16,6 @@ fp32. How the partial sums meet depends on MODE:
 
 Workspace and counters are zero between calls (allocated zeroed, reset by the
 program or kernel that consumes them), so CUDA-graph replays stay correct.
-
-Kept in its own module so that importing ``matprobe.kernels.triton.splitk``
-never imports triton, and so that the family can fingerprint this file's text.
 """
 
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
