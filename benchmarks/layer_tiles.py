@@ -42,6 +42,13 @@ def policies(dtype: str) -> dict[str, dict[str, DecodeTile]]:
         return isolating(dtype)
     if os.environ.get("SWEEP") == "warps":  # fewer warps: wider loads a thread
         return warps_and_rows(dtype)
+    if os.environ.get("SWEEP") == "lm_head":  # around the warps sweep's winners
+        return around_the_lm_head(dtype)
+    if os.environ.get("SWEEP") == "h100":  # the card's own tiles against an H100's
+        h100 = {"lm_head": DecodeTile(0, 0, 4)}
+        if dtype == "q8_0":
+            h100["down"] = DecodeTile(0, 0, 8)
+        return {"default": {}, "h100-tiles": h100, "default-again": {}, "h100-again": h100}
     if dtype == "q8_0":
         return {
             "default": {},
@@ -129,6 +136,27 @@ def warps_and_rows(dtype: str) -> dict[str, dict[str, DecodeTile]]:
             "qkv+o_proj-bn2": {"qkv": DecodeTile(2, 0, 0), "o_proj": DecodeTile(2, 0, 0)},
         }
     return chosen | {"default-again": {}}
+
+
+def around_the_lm_head(dtype: str) -> dict[str, dict[str, DecodeTile]]:
+    """The LM head's tiles with two warps, and (Q8_0) the warps sweep's other
+    winners together (twenty-first session)."""
+    w2 = DecodeTile(0, 0, 2)
+    chosen: dict[str, dict[str, DecodeTile]] = {
+        "default": {},
+        "lm_head-w2": {"lm_head": w2},
+        "lm_head-bn8-w2": {"lm_head": DecodeTile(8, 0, 2)},
+        "lm_head-bn2-w2": {"lm_head": DecodeTile(2, 0, 2)},
+        "lm_head-bk1024-w2": {"lm_head": DecodeTile(0, 1024, 2)},
+        "lm_head-w1": {"lm_head": DecodeTile(0, 0, 1)},
+    }
+    if dtype == "q8_0":
+        both = {"lm_head": w2, "down": DecodeTile(0, 0, 4)}
+        chosen |= {
+            "lm_head-w2+down-w4": both,
+            "those+small-bn2": {**both, "qkv": DecodeTile(2, 0, 0), "o_proj": DecodeTile(2, 0, 0)},
+        }
+    return chosen | {"default-again": {}, "lm_head-w2-again": {"lm_head": w2}}
 
 
 def merged(default: dict[str, DecodeTile], change: dict[str, DecodeTile]) -> dict[str, DecodeTile]:

@@ -237,3 +237,27 @@ def test_a_tables_tiles_reach_the_decode_kernels_and_the_rest_keep_their_own() -
         assert {s: t for s, t in tiles.items() if s != "down"} == {
             s: t for s, t in own.items() if s != "down"
         }
+
+
+@pytest.mark.parametrize(
+    ("card", "n", "k", "quantized", "tile"),
+    [
+        # Tiles measured in a whole token on an H100 serve every card ...
+        ("NVIDIA H100 80GB HBM3", 151936, 896, False, (4, 512, 4)),
+        ("NVIDIA H100 80GB HBM3", 896, 4864, True, (1, 1024, 8)),
+        ("", 896, 4864, True, (1, 1024, 8)),
+        # ... but where an H200's own token chose otherwise.
+        ("NVIDIA H200", 151936, 896, False, (4, 512, 2)),
+        ("NVIDIA H200", 896, 4864, True, (1, 1024, 4)),
+        ("NVIDIA H200", 1152, 896, False, (4, 512, 4)),
+        # A shape measured nowhere takes the rule on any card.
+        ("NVIDIA H200", 128256, 2048, False, (2, 1024, 4)),
+    ],
+)
+def test_a_token_tile_is_the_one_measured_on_its_card_else_an_h100s(
+    card: str, n: int, k: int, quantized: bool, tile: tuple[int, int, int]
+) -> None:
+    from matprobe.token.fused import default_tile
+
+    got = default_tile(n, k, quantized=quantized, card=card)
+    assert (got.bn, got.bk, got.warps) == tile

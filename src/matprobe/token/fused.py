@@ -56,9 +56,27 @@ MEASURED_TILES = {
 }
 
 
-def default_tile(n: int, k: int, *, quantized: bool) -> DecodeTile:
+#: Where another card's whole `layer+pdl` token chose otherwise, by a word of its
+#: name (``torch.cuda.get_device_name``). On an H200 (twenty-first session,
+#: benchmarks/layer_tiles.py, BENCHMARKS.md): the LM head with two warps — fp16
+#: 459.3 → 449.0 µs, Q8_0 399.9 → 394.5 — and Q8_0's down with four, not the
+#: H100's eight (with the LM head's: 381.6); Llama-3.2-1B's LM head did not move.
+MEASURED_ON: dict[str, dict[tuple[int, int, bool], DecodeTile]] = {
+    "H200": {
+        (151936, 896, False): DecodeTile(4, 512, 2),  # LM head
+        (151936, 896, True): DecodeTile(4, 1024, 2),  # LM head, Q8_0
+        (896, 4864, True): DecodeTile(1, 1024, 4),  # down, Q8_0
+    },
+}
+
+
+def default_tile(n: int, k: int, *, quantized: bool, card: str = "") -> DecodeTile:
     """The tile for ``n`` outputs of ``k``-long rows, K tiles no wider than k needs
-    (a shape measured in a whole token: :data:`MEASURED_TILES`)."""
+    (a shape measured in a whole token: :data:`MEASURED_TILES`, or on ``card``:
+    :data:`MEASURED_ON`)."""
+    for word, tiles in MEASURED_ON.items():
+        if word in card and (on_card := tiles.get((n, k, quantized))) is not None:
+            return on_card
     if (measured := MEASURED_TILES.get((n, k, quantized))) is not None:
         return measured
     if n < NARROW:
@@ -69,6 +87,12 @@ def default_tile(n: int, k: int, *, quantized: bool) -> DecodeTile:
         bn = 4 if quantized else 2
     bk = min(TILE_K, max(32, 1 << (k - 1).bit_length()))
     return DecodeTile(bn, bk, WARPS)
+
+
+def _card_of(w: Matrix) -> str:
+    """The name of the card ``w`` lives on ("" off a CUDA card)."""
+    tensor = w.quants if isinstance(w, Q8Matrix) else w
+    return torch.cuda.get_device_name(tensor.device) if tensor.is_cuda else ""
 
 
 def _as_rows(w: Matrix, stored_kn: bool) -> Matrix:
@@ -109,11 +133,13 @@ class DecodeKernels:
             for site, matrices in stored.items()
             for w, rows in zip(matrices, self.rows[site], strict=True)
         }
+        card = _card_of(weights.lm_head)
         self.tiles = {
             site: default_tile(
                 self._outputs(site),
                 self.specs[site].k or 0,
                 quantized=self.specs[site].dtype == "q8_0",
+                card=card,
             )
             for site in self.rows
         }
