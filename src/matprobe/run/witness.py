@@ -126,6 +126,13 @@ class _Baseline:
         self.cpu_threads = cpu_threads
         self.process: WitnessProcess | None = None
 
+    def variant_for(self, spec: MatmulSpec, claim: Claim) -> Variant | None:
+        """The run's baseline of ``spec``'s op, where a ratio is held on this device
+        kind and the row claims one; else None."""
+        if claim.ratio is None or self.device.kind not in RATIO_TOLERANCE:
+            return None
+        return self.variants.get(spec.kind)
+
     def started(self) -> WitnessProcess:
         if self.process is None:
             self.process = WitnessProcess(self.factory, (), self.device, self.cpu_threads)
@@ -172,18 +179,20 @@ def witness_pair(
         recorded = (spec.to_dict(), device.to_dict(), arena.handle(), count, calls)
         _record(process, variant, *recorded)
         seen = rounds.round(process)
-        base = _baseline_for(baseline, spec, claim, seen.problem)
         if seen.problem is not None or claim.us is None:
             return Witnessed(calls, seen.seconds, None, seen.problem)
-        if base is not None and base[0].id != claim.baseline_id:
+        chosen = baseline.variant_for(spec, claim) if baseline is not None else None
+        if chosen is not None and chosen.id != claim.baseline_id:
             problem = (
                 f"tamper: judged apart, its row names the baseline {claim.baseline_id!r}; "
-                f"the run's is {base[0].id!r}"
+                f"the run's is {chosen.id!r}"
             )
             return Witnessed(calls, seen.seconds, None, problem)
-        if base is not None:
-            _record(base[1], base[0], *recorded)
-        held = rounds.hold(process, base[1] if base is not None else None, seen, claim)
+        base_process = None
+        if chosen is not None and baseline is not None:
+            base_process = baseline.started()
+            _record(base_process, chosen, *recorded)
+        held = rounds.hold(process, base_process, seen, claim)
         return Witnessed(calls, seen.seconds, held.lower_us, held.problem, held.baseline_us)
     finally:
         del shared
@@ -198,19 +207,6 @@ def _record(process: WitnessProcess, variant: Variant, *recorded: Any) -> None:
     params = [list(p) for p in variant.params]
     process.send("pair", spec, variant.family.name, params, device, handle, count, calls)
     process.expect("built", PAIR_TIMEOUT_S)
-
-
-def _baseline_for(
-    baseline: _Baseline | None, spec: MatmulSpec, claim: Claim, problem: str | None
-) -> tuple[Variant, WitnessProcess] | None:
-    """The run's baseline of ``spec``'s op and its process, where a ratio is to be
-    held there (the kind has a tolerance, the row a ratio, the outputs stood)."""
-    if baseline is None or problem is not None or claim.ratio is None:
-        return None
-    variant = baseline.variants.get(spec.kind)
-    if variant is None or baseline.device.kind not in RATIO_TOLERANCE:
-        return None
-    return variant, baseline.started()
 
 
 def _private(sets: Sequence[Any]) -> list[Any]:
@@ -310,9 +306,10 @@ def witness_outcome(
         outcome.results[key] = row
         store.put(row)
     # What the witness saw of each row, with the run: the claims beside the bounds.
+    claims = {key: claim_of(wanted[key]) for key in seen}
     store.add_to_run(outcome.run_id, {"judged_apart": [
-        {"spec": key[0], "variant": key[1], "claimed_us": claim_of(wanted[key]).us,
-         "claimed_ratio": claim_of(wanted[key]).ratio,
+        {"spec": key[0], "variant": key[1], "claimed_us": claims[key].us,
+         "claimed_ratio": claims[key].ratio,
          **({"problem": what} if isinstance(what, str) else dataclasses.asdict(what))}
         for key, what in seen.items()
     ]})  # fmt: skip
