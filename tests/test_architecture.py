@@ -409,7 +409,7 @@ def test_family_constants_are_defined_once() -> None:
 
 # ---- the shared row-block set-up ------------------------------------------------------------
 
-ROW_BLOCKED = ("_gemv_q8_kernels", "_gemv_swiglu_kernels", "_gemv_q8_int8dot_kernels",
+ROW_BLOCKED = ("_gemv_q8_kernels", "_gemv_swiglu_kernels",
                "_decode_kernels")  # fmt: skip
 
 

@@ -87,7 +87,7 @@ try:  # a kernel that runs only the activation quantization (globals: Triton res
     import triton
     import triton.language as tl
 
-    from matprobe.kernels.triton._gemv_q8_int8dot_kernels import quantize_blocks
+    from matprobe.kernels.triton._gemv_q8_kernels import quantize_blocks
 
     @triton.jit  # type: ignore[misc]
     def quantize(x_ptr, q_ptr, d_ptr, NB: tl.constexpr):  # type: ignore[no-untyped-def]  # noqa: N803

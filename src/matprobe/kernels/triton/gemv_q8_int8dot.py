@@ -4,7 +4,7 @@
 m = 1), W in the split layout (int8 quants + fp16 block scales), x̂ the activations
 quantized to int8 per 32-element block inside the kernel, the dot products
 int8 × int8 in int32 per block, scaled by ``d_w·d_x`` in fp32 — llama.cpp's CUDA
-mmvq (Q8_0 weights × Q8_1 activations). See ``_gemv_q8_int8dot_kernels``
+mmvq (Q8_0 weights × Q8_1 activations). See ``_gemv_q8_kernels`` (INT8DOT)
 for the steps and why each program quantizes x itself.
 
 Quantizing x is an approximation the plain Q8_0 tolerance refuses (an
@@ -34,7 +34,7 @@ NAME = "triton.gemv_q8_int8dot"
 #: What the kernels do to x, declared to the harness (``measure.validate.ACTIVATION_QUANTS``).
 ACTIVATION_QUANT = "int8_block32"
 
-KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_q8_int8dot_kernels.py")
+KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_q8_kernels.py")
 
 
 @common.triton_family(
@@ -49,9 +49,9 @@ def GEMV_Q8_INT8DOT(  # noqa: N802 - the family is a module constant
     spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
 ) -> KernelFn:
     """Q8_0 GEMV, x quantized to int8 per 32-block: int8·int8 dots in int32 (llama.cpp's mmvq)."""
-    from matprobe.kernels.triton._gemv_q8_int8dot_kernels import gemv_q8_int8dot_kernel
+    from matprobe.kernels.triton._gemv_q8_kernels import gemv_q8_kernel
 
-    return q8_gemv_launcher(NAME, gemv_q8_int8dot_kernel, spec, params, device)
+    return q8_gemv_launcher(NAME, gemv_q8_kernel, spec, params, device, {"INT8DOT": True})
 
 
 FAMILIES: tuple[VariantFamily, ...] = (GEMV_Q8_INT8DOT,)
