@@ -17,8 +17,9 @@ import io
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -53,6 +54,18 @@ NOT_INTERPRETING = (
     "a CUDA GPU is here, or it was set so); these tests run without a GPU, "
     "or with TRITON_INTERPRET=1"
 )
+
+
+#: Why a GPU test skips (``on_a_card``).
+NO_GPU = "no CUDA GPU on this machine"
+
+_Test = TypeVar("_Test", bound=Callable[..., Any])
+
+
+def on_a_card(test: _Test) -> _Test:
+    """A GPU test: marked ``gpu`` (``pytest -m gpu``) and skipped, saying why, where no
+    CUDA GPU is."""
+    return pytest.mark.gpu(pytest.mark.skipif(not cuda_available(), reason=NO_GPU)(test))  # type: ignore[no-any-return]
 
 
 def interpreting() -> bool:

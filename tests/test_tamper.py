@@ -10,22 +10,24 @@ import builtins
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
-from conftest import python_c  # noqa: E402
+from conftest import on_a_card, python_c  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.measure import validate  # noqa: E402
-from matprobe.measure.results import ErrorKind, Status  # noqa: E402
+from matprobe.measure.results import ErrorKind, PairResult, Status  # noqa: E402
 from matprobe.measure.tamper import Snapshot  # noqa: E402
 from matprobe.run.store import ResultStore  # noqa: E402
 from test_plugins import PLUGIN  # noqa: E402
 
 ONE_SPEC = ("--device", "cpu", "--op", "matmul_bias_add")
+#: The GPU tests' spec: one ``matmul`` on the card.
+ON_THE_CARD = ("--device", "cuda", "--op", "matmul")
 
 
 def armed_once(arm: str) -> str:
@@ -271,6 +273,18 @@ def write(folder: Path, name: str, cheat: str, prefix: str = "evil") -> str:
     return name
 
 
+def run_plugins(
+    folder: Path, plugins: Sequence[str], spec: Sequence[str], *variants: str
+) -> dict[str, PairResult]:
+    """``matprobe run`` of ``plugins`` (each with ``--plugin``) on ``spec``'s options and
+    the ``variants`` globs, into a store in ``folder``: its rows by variant id."""
+    db = folder / "r.sqlite"
+    argv = [arg for name in plugins for arg in ("--plugin", name)]
+    main(["run", *argv, *spec, "--db", str(db), "--variants", *variants])
+    with ResultStore(db, read_only=True) as store:
+        return {r.variant_id: r for r in store.results()}
+
+
 def test_plugins_that_patch_the_judge_or_the_baseline_get_no_verdict(
     here: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -281,12 +295,8 @@ def test_plugins_that_patch_the_judge_or_the_baseline_get_no_verdict(
     plugins = [
         write(here, f"patch{i}", cheat, f"evil{i}") for i, cheat in enumerate(CHEATS.values())
     ]
-    db = here / "r.sqlite"
-    argv = [arg for name in plugins for arg in ("--plugin", name)]
-    main(["run", *argv, *ONE_SPEC, "--db", str(db), "--variants", "evil*", "torch.*"])
+    rows = run_plugins(here, plugins, ONE_SPEC, "evil*", "torch.*")
     capsys.readouterr()
-    with ResultStore(db, read_only=True) as store:
-        rows = {r.variant_id: r for r in store.results()}
     for i, cheat in enumerate(CHEATS):
         prefix = f"evil{i}.sly" if "kernel" in cheat else f"evil{i}."
         evil = [r for vid, r in rows.items() if vid.startswith(prefix)]
@@ -304,12 +314,8 @@ def test_plugins_that_steer_the_baseline_the_clock_or_the_judges_data_get_no_ver
     plugins = [
         write(here, f"steer{i}", cheat, f"evil{i}") for i, cheat in enumerate(STEERING.values())
     ]
-    db = here / "r.sqlite"
-    argv = [arg for name in plugins for arg in ("--plugin", name)]
-    main(["run", *argv, *ONE_SPEC, "--db", str(db), "--variants", "evil*", "torch.matmul"])
+    rows = run_plugins(here, plugins, ONE_SPEC, "evil*", "torch.matmul")
     capsys.readouterr()
-    with ResultStore(db, read_only=True) as store:
-        rows = {r.variant_id: r for r in store.results()}
     for i, cheat in enumerate(STEERING):
         mine = [r for vid, r in rows.items() if vid.startswith(f"evil{i}.")]
         assert mine and not any(r.status is Status.PASS for r in mine), cheat
@@ -328,8 +334,7 @@ ON_A_CARD = (
 )
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@on_a_card
 @pytest.mark.parametrize("cheat", ON_A_CARD)
 def test_on_a_card_a_plugin_steering_the_clock_or_cublas_gets_no_verdict(
     here: Path, cheat: str, capsys: pytest.CaptureFixture[str]
@@ -357,19 +362,15 @@ PREFILLS_THE_BASELINE_CACHE = """
         """
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@on_a_card
 @pytest.mark.parametrize("cheat", ["", PREFILLS_THE_BASELINE_CACHE], ids=["honest", "cheat"])
 def test_on_a_card_a_plugins_ratio_rests_on_a_baseline_as_fast_as_alone(
     here: Path, cheat: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name = write(here, "beside_kernels", cheat)
-    db = here / "r.sqlite"
-    spec = ("--device", "cuda", "--op", "matmul")
-    main(["run", "--plugin", name, *spec, "--db", str(db), "--variants", "evil.*", "torch.*"])
+    rows = [r for r in run_plugins(here, [name], ON_THE_CARD, "evil.*", "torch.*").values()
+            if r.variant_id.startswith("evil.")]  # fmt: skip
     capsys.readouterr()
-    with ResultStore(db, read_only=True) as store:
-        rows = [r for r in store.results() if r.variant_id.startswith("evil.")]
     assert rows
     for row in rows:
         if cheat:  # an exact copy of the baseline: no faster than it, on the clean figure
@@ -385,11 +386,8 @@ def assert_no_verdict(here: Path, cheat: str, device: str) -> None:
     none of its rows passes, its tampered rows say why, and the baseline's own row
     (measured in a process that never imported the plugin) passes."""
     name = write(here, "evil_kernels", {**CHEATS, **STEERING}[cheat])
-    db = here / "r.sqlite"
     spec = ("--device", device, "--op", "matmul_bias_add")
-    main(["run", "--plugin", name, *spec, "--db", str(db), "--variants", "evil.*", "torch.*"])
-    with ResultStore(db, read_only=True) as store:
-        rows = {r.variant_id: r for r in store.results()}
+    rows = run_plugins(here, [name], spec, "evil.*", "torch.*")
     # At import: every row of the plugin; from a kernel: that kernel's row on (a
     # family measured before it, in a process not yet patched, keeps its verdict).
     prefix = "evil.sly" if "kernel" in cheat else "evil."
@@ -446,17 +444,12 @@ def test_plugin_code_never_runs_in_the_process_that_keeps_the_results(
 ) -> None:
     """The plugin is imported in a child that describes its families as JSON, and
     its worker speaks JSON: nothing it patches or sends runs where rows are stored."""
-    from matprobe.measure.results import PairResult
-
     name = write(here, "forging_kernels", cheat)
     from_dict = PairResult.from_dict
-    db = here / "r.sqlite"
-    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*"])
+    rows = run_plugins(here, [name], ONE_SPEC, "evil.*")
     capsys.readouterr()
     assert not (here / "pwned-by-a-pickle").exists()
     assert name not in sys.modules and PairResult.from_dict == from_dict
-    with ResultStore(db, read_only=True) as store:
-        rows = {r.variant_id: r for r in store.results()}
     assert rows["evil.zeros/default"].status is not Status.PASS
     assert "evil.sly/default" not in rows or rows["evil.sly/default"].status is not Status.PASS
 
@@ -498,12 +491,8 @@ def test_a_kernel_writing_to_its_workers_pipe_ends_the_worker_not_the_run(
         write(here, f"noisy{i}", WRITES_TO_ITS_PIPE.replace("MESSAGE", repr(message)), f"evil{i}")
         for i, message in enumerate(MESSAGES)
     ]
-    db = here / "r.sqlite"
-    argv = [arg for name in plugins for arg in ("--plugin", name)]
-    main(["run", *argv, *ONE_SPEC, "--db", str(db), "--variants", "evil*"])
+    rows = run_plugins(here, plugins, ONE_SPEC, "evil*")
     capsys.readouterr()
-    with ResultStore(db, read_only=True) as store:
-        rows = {r.variant_id: r for r in store.results()}
     for i, message in enumerate(MESSAGES):
         sly = rows[f"evil{i}.sly/default"]
         assert sly.status is Status.ERROR and "broke its protocol" in sly.reason, message
@@ -516,11 +505,8 @@ def test_a_kernel_that_empties_its_judges_fails_on_the_count(
     """It cannot give a judge methods of its own (slots), and what it empties
     between calls leaves the replays kept after its last call to be judged."""
     name = write(here, "sly_kernels", CLEARS_ITS_JUDGES)
-    db = here / "r.sqlite"
-    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.sly"])
+    (row,) = run_plugins(here, [name], ONE_SPEC, "evil.sly").values()
     capsys.readouterr()
-    with ResultStore(db, read_only=True) as store:
-        (row,) = store.results()
     # The replay after its last call is kept whole: judged, it fails; an emptied
     # judge that somehow held none fails on the count (test_judged_calls).
     assert row.status is Status.FAIL, row.reason
@@ -531,11 +517,8 @@ def test_an_honest_plugin_is_judged_as_before(
     here: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name = write(here, "honest_kernels", "")
-    db = here / "r.sqlite"
-    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*"])
+    rows = run_plugins(here, [name], ONE_SPEC, "evil.*")
     capsys.readouterr()
-    with ResultStore(db, read_only=True) as store:
-        rows = {r.variant_id: r for r in store.results()}
     assert rows["evil.exact/default"].status is Status.PASS
     assert rows["evil.zeros/default"].status is Status.FAIL
     assert any(name in path for path in rows["evil.exact/default"].sources)

@@ -22,6 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the token needs torch (the CPU build is enough)")
 
+from conftest import on_a_card  # noqa: E402
 from matprobe.cli.run import _infer_tokens  # noqa: E402
 from matprobe.cli.token import register  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
@@ -889,8 +890,7 @@ def test_a_baseline_that_fails_exits_1(
 # ---- on a GPU ----------------------------------------------------------------------
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@on_a_card
 def test_every_mode_on_the_gpu_as_one_graph_each() -> None:
     """Inductor, CUDA graphs, CUPTI kernel counts: the real thing, on a small model."""
     config = small_config(layers=4, hidden=256, intermediate=512, heads=8, kv_heads=2,
@@ -915,8 +915,7 @@ def test_every_mode_on_the_gpu_as_one_graph_each() -> None:
     assert compiled.kernels.kernels < eager.kernels.kernels  # Inductor fuses
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@on_a_card
 def test_a_gpu_profile_gives_every_part_its_kernels(tmp_path: Path) -> None:
     """CUPTI's kernels are tied to the ranges of the parts that launched them."""
     config = small_config(layers=3)

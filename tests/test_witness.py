@@ -16,12 +16,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
-from matprobe.cli import main  # noqa: E402
-from matprobe.measure.results import ErrorKind, PairResult, Status  # noqa: E402
+from conftest import on_a_card  # noqa: E402
+from matprobe.measure.results import ErrorKind, Status  # noqa: E402
 from matprobe.run import session, witness, witness_rounds  # noqa: E402
 from matprobe.run.shared_arena import Arena, attach  # noqa: E402
-from matprobe.run.store import ResultStore  # noqa: E402
-from test_tamper import ONE_SPEC, write  # noqa: E402
+from test_tamper import ON_THE_CARD, ONE_SPEC, run_plugins, write  # noqa: E402
 
 #: Turns off its worker's tamper check, then rewrites every row of its own on the
 #: way out: a FAIL becomes a PASS at 1 µs a call, a PASS claims 1/50 of its time.
@@ -53,11 +52,6 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield tmp_path
 
 
-def rows_of(db: Path) -> dict[str, PairResult]:
-    with ResultStore(db, read_only=True) as store:
-        return {r.variant_id: r for r in store.results()}
-
-
 @pytest.mark.parametrize("apart", [False, True], ids=["in-its-worker-only", "judged-apart"])
 def test_a_plugin_that_forges_its_rows_stands_only_until_judged_apart(
     here: Path, apart: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -65,10 +59,8 @@ def test_a_plugin_that_forges_its_rows_stands_only_until_judged_apart(
     if not apart:  # the harness as it was: what the worker says is the row
         monkeypatch.setattr(session, "witness_outcome", lambda *a, **k: None)
     name = write(here, "forging_rows", FORGES_ITS_ROWS)
-    db = here / "r.sqlite"
-    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*"])
+    rows = run_plugins(here, [name], ONE_SPEC, "evil.*")
     err = capsys.readouterr().err
-    rows = rows_of(db)
     zeros, exact = rows["evil.zeros/default"], rows["evil.exact/default"]
     if not apart:
         assert zeros.status is Status.PASS and zeros.clocks.device.median_us == 1.0
@@ -87,10 +79,8 @@ def test_an_honest_plugin_stands_judged_apart(
     here: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name = write(here, "honest_rows", "")
-    db = here / "r.sqlite"
-    main(["run", "--plugin", name, *ONE_SPEC, "--db", str(db), "--variants", "evil.*"])
+    rows = run_plugins(here, [name], ONE_SPEC, "evil.*")
     err = capsys.readouterr().err
-    rows = rows_of(db)
     assert rows["evil.exact/default"].status is Status.PASS
     assert rows["evil.zeros/default"].status is Status.FAIL
     assert "1 passing plugin row(s)" in err and "1 stand, 0 made ERROR" in err
@@ -123,18 +113,15 @@ def test_a_witness_makes_enough_calls_for_its_clock_every_set_as_often(
     assert witness._calls(claim_us, sets) == calls
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@on_a_card
 @pytest.mark.parametrize("cheat", ["", FORGES_ITS_ROWS], ids=["honest", "forger"])
 def test_on_a_card_the_witness_shares_the_problems_by_cuda_ipc(
     here: Path, cheat: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name = write(here, "card_rows", cheat)
-    db = here / "r.sqlite"
-    spec = ("--device", "cuda", "--op", "matmul")
-    main(["run", "--plugin", name, *spec, "--db", str(db), "--variants", "evil.*", "torch.*"])
+    found = run_plugins(here, [name], ON_THE_CARD, "evil.*", "torch.*")
     err = capsys.readouterr().err
-    rows = [r for r in rows_of(db).values() if r.variant_id.startswith("evil.")]
+    rows = [r for vid, r in found.items() if vid.startswith("evil.")]
     assert rows and "judged apart" in err
     for row in rows:
         if cheat:  # the zeros kernel's outputs fail; the exact one is slower than it says
@@ -155,17 +142,14 @@ SAYS_DONE_EARLY_ON_A_CARD = (
 )
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@on_a_card
 def test_on_a_card_a_witness_that_hears_done_early_waits_for_every_output(
     here: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name = write(here, "early_card_rows", SAYS_DONE_EARLY_ON_A_CARD)
-    db = here / "r.sqlite"
-    spec = ("--device", "cuda", "--op", "matmul")
-    main(["run", "--plugin", name, *spec, "--db", str(db), "--variants", "evil.exact"])
+    rows = [r for vid, r in run_plugins(here, [name], ON_THE_CARD, "evil.exact").items()
+            if vid == "evil.exact/default"]  # fmt: skip
     capsys.readouterr()
-    rows = [r for r in rows_of(db).values() if r.variant_id == "evil.exact/default"]
     assert rows
     for row in rows:
         assert row.status is Status.ERROR and "calls took at least" in row.reason, row.reason
