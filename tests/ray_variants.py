@@ -5,8 +5,10 @@ the Ray workers' environment by the test) names the folder they write to.
 ``raytest.logged`` is correct and logs every measurement of it, one line
 ("<variant id> <spec key>") in ``measured.log``. ``raytest.kill_ray_worker`` logs
 too, and the first time any of its pairs is measured (no ``killed`` marker yet)
-it kills its process's parent — the Ray worker that runs the pair — and then
-itself: a Ray worker lost mid-pair, as a node's OOM killer or a preemption would.
+it kills the Ray worker that runs the pair — its process's parent, or the fork
+server's parent where workers fork from one (``matprobe.run.processes``) — and
+then itself: a Ray worker lost mid-pair, as a node's OOM killer or a preemption
+would.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from fake_variants import ALL_OPS, exact
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.inputs import MatmulInputs
 from matprobe.measure.variants import KernelFn, Registry, variant_family
+from matprobe.run import processes
 from matprobe.spec import MatmulSpec
 
 LOG = "measured.log"
@@ -55,9 +58,18 @@ def kill_ray_worker(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceI
     marker = folder() / MARKER
     if not marker.exists():
         marker.write_text(f"{spec.key()}\n", encoding="utf-8")
-        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(_ray_worker(), signal.SIGKILL)
         os._exit(1)
     return _correct
+
+
+def _ray_worker() -> int:
+    parent = os.getppid()
+    if processes.context().get_start_method() != "forkserver":
+        return parent
+    # /proc/PID/stat: "pid (comm) state ppid …" — comm may hold spaces and parentheses.
+    stat = Path(f"/proc/{parent}/stat").read_text(encoding="utf-8")
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def registry() -> Registry:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import os
 import signal
 import time
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from matprobe.measure.device import DeviceInfo
+from matprobe.run import processes
 from matprobe.run.witness_child import _witness_main
 
 #: Pings before the plugin is imported; the slowest is what a message costs.
@@ -40,10 +40,10 @@ class WitnessProcess:
         device: DeviceInfo,
         cpu_threads: int | None = None,
     ) -> None:
-        context = multiprocessing.get_context("spawn")
+        context = processes.context()
         self._conn, theirs = context.Pipe()
         args = (theirs, factory, plugins, device.kind, device.index, cpu_threads)
-        self._process = context.Process(target=_witness_main, args=args, daemon=True)
+        self._process = processes.process(context, _witness_main, args)
         self._process.start()
         theirs.close()
         try:

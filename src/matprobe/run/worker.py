@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +46,7 @@ from matprobe.measure.pair import PairContext, error_result
 from matprobe.measure.results import ErrorKind, PairResult
 from matprobe.measure.timing import TimingPolicy
 from matprobe.measure.variants import SHIPPED_FACTORY, SHIPPED_ORIGIN
+from matprobe.run import processes
 from matprobe.run.task import Task, result_of, task_data
 from matprobe.run.worker_process import _worker_main
 
@@ -188,12 +188,12 @@ class Worker(_StopsOnExit):
         :meth:`run` waits for it (a process that has not started is started there)."""
         if self._proc is not None:
             return
-        mp = multiprocessing.get_context("spawn")
+        mp = processes.context()
         parent_conn, child_conn = mp.Pipe()
         # Only the first process measures the card (a replacement after a crash
         # would measure a card that just misbehaved, and take the time again).
         measure = None if self.pids else self._measure_peaks
-        proc = mp.Process(target=_worker_main, args=(child_conn, *self._args, measure), daemon=True)
+        proc = processes.process(mp, _worker_main, (child_conn, *self._args, measure))
         proc.start()
         child_conn.close()
         self._proc, self._conn = proc, parent_conn

@@ -1,0 +1,51 @@
+"""How the processes that run kernel code start: the workers and the witness's.
+
+On Linux each is a fork of one server process (multiprocessing's forkserver)
+that has imported torch and nothing else: a worker is up in a fraction of a
+second instead of the ~4 s a fresh interpreter takes to import torch — per
+plugin, per witness, per replacement after a crash. It still shares nothing with
+the judge's process or with another worker: each is an address space of its
+own, forked from a server that never imports matprobe's judge, a plugin or a
+kernel, so what one worker patches reaches no other started after it. Elsewhere
+(macOS, where a fork after the Objective-C runtime is up is unsafe; Windows,
+which has no fork) a fresh interpreter is spawned.
+
+A child takes the environment its parent has when it starts, as a spawned one
+does — not the server's, which dates from the first start.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import platform
+from collections.abc import Callable, Mapping
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+#: What the fork server imports once, before any child: only installed libraries.
+PRELOAD = ("torch",)
+
+
+def context() -> BaseContext:
+    """The start method of kernel-running processes here (see the module's doc)."""
+    if platform.system() == "Linux":
+        forks = multiprocessing.get_context("forkserver")
+        forks.set_forkserver_preload(list(PRELOAD))
+        return forks
+    return multiprocessing.get_context("spawn")
+
+
+def process(ctx: BaseContext, target: Callable[..., Any], args: tuple[Any, ...]) -> BaseProcess:
+    """A daemon process of ``ctx`` that runs ``target(*args)`` in the environment
+    this process has now."""
+    return ctx.Process(  # type: ignore[attr-defined, no-any-return]
+        target=_in_environment, args=(dict(os.environ), target, *args), daemon=True
+    )
+
+
+def _in_environment(environment: Mapping[str, str], target: Callable[..., Any], *args: Any) -> None:
+    os.environ.clear()
+    os.environ.update(environment)
+    target(*args)
