@@ -2,7 +2,7 @@
 
 On Linux each is a fork of one server process (multiprocessing's forkserver)
 that has imported torch and nothing else: a worker is up in a fraction of a
-second instead of the ~4 s a fresh interpreter takes to import torch — per
+second instead of the ~2 s a fresh interpreter takes to import torch — per
 plugin, per witness, per replacement after a crash. It still shares nothing with
 the judge's process or with another worker: each is an address space of its
 own, forked from a server that never imports matprobe's judge, a plugin or a
