@@ -12,6 +12,11 @@ which has no fork) a fresh interpreter is spawned.
 
 A child takes the environment its parent has when it starts, as a spawned one
 does — not the server's, which dates from the first start.
+
+What this does not defend: a child runs with the user's rights, as a spawned
+one does, so a hostile plugin can rewrite files matprobe reads, or bind its own
+listener where the server listens (a socket in the parent's temporary folder)
+and start the processes that follow. Neither start method is a sandbox.
 """
 
 from __future__ import annotations
