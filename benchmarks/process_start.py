@@ -25,10 +25,13 @@ def ready(conn: Connection) -> None:
 
 
 def once(ctx: BaseContext) -> float:
-    mine, theirs = ctx.Pipe()
+    mine, theirs = multiprocessing.Pipe()
     start = time.perf_counter()
-    child = processes.process(ctx, ready, (theirs,))
-    child.start()
+    if ctx is processes.context():
+        child = processes.start(ready, (theirs,))
+    else:
+        child = ctx.Process(target=ready, args=(theirs,), daemon=True)  # type: ignore[attr-defined]
+        child.start()
     theirs.close()
     answered: float = mine.recv()
     child.join()

@@ -2,17 +2,22 @@
 
 Workers and witnesses are forks of a server that imported torch (Linux) or fresh
 interpreters (elsewhere); either way a child sees its parent's environment as it
-is when the child starts, and what one child patches reaches no other.
+is when the child starts, what one child patches reaches no other, and a child
+that kills the server costs the processes after it only their speed.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
+import signal
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 import pytest
 
+from conftest import python_c
 from matprobe.run import processes
 
 
@@ -25,18 +30,22 @@ def _report(conn: Connection, name: str) -> None:
     conn.close()
 
 
-def _start(name: str) -> tuple[str | None, bool]:
-    ctx = processes.context()
-    mine, theirs = ctx.Pipe()
-    child = processes.process(ctx, _report, (theirs, name))
-    child.start()
+def _kill_the_server(conn: Connection, name: str) -> None:
+    """Kill this process's parent — the fork server where there is one — then report."""
+    if processes.context().get_start_method() == "forkserver":
+        os.kill(os.getppid(), signal.SIGKILL)
+    _report(conn, name)
+
+
+def _start(name: str, target=_report) -> tuple[str | None, bool]:  # type: ignore[no-untyped-def]
+    mine, theirs = multiprocessing.Pipe()
+    child = processes.start(target, (theirs, name))
     theirs.close()
     try:
         assert mine.poll(60), "the child said nothing"
         seen: tuple[str | None, bool] = mine.recv()
     finally:
         child.join(10)
-    assert child.exitcode == 0
     return seen
 
 
@@ -56,3 +65,41 @@ def test_a_child_sees_the_environment_of_its_start_and_nothing_an_earlier_child_
 def test_children_fork_from_a_server_on_linux_else_spawn() -> None:
     method = processes.context().get_start_method()
     assert method == ("forkserver" if platform.system() == "Linux" else "spawn")
+
+
+def _in_a_fresh_interpreter(steps: str) -> list[str]:
+    code = f"""
+import os, sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import multiprocessing.forkserver
+from matprobe.run import processes
+from test_processes import _kill_the_server, _start
+{steps}
+"""
+    return python_c(code).splitlines()
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="children fork from a server on Linux")
+def test_a_child_that_kills_the_server_costs_the_next_ones_nothing() -> None:
+    """(In an interpreter of its own: what it does to the server is for that process.)"""
+    lines = _in_a_fresh_interpreter(
+        "print(_start('HOME'))\n"
+        "print(_start('HOME', _kill_the_server))\n"
+        "for _ in range(3):\n"
+        "    print(_start('HOME'))"
+    )
+    assert lines == [repr((os.environ.get("HOME"), False))] * 5
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="children fork from a server on Linux")
+def test_a_server_that_cannot_be_reached_leaves_the_next_children_spawned() -> None:
+    """Its socket gone (as if it died between a check and a start): the start that
+    finds out spawns its child, and so does every later one."""
+    lines = _in_a_fresh_interpreter(
+        "print(_start('HOME'), processes.context().get_start_method())\n"
+        "os.unlink(multiprocessing.forkserver._forkserver._forkserver_address)\n"
+        "for _ in range(2):\n"
+        "    print(_start('HOME'), processes.context().get_start_method())"
+    )
+    home = repr((os.environ.get("HOME"), False))
+    assert lines == [f"{home} forkserver", f"{home} spawn", f"{home} spawn"]

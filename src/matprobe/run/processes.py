@@ -11,7 +11,10 @@ kernel, so what one worker patches reaches no other started after it. Elsewhere
 which has no fork) a fresh interpreter is spawned.
 
 A child takes the environment its parent has when it starts, as a spawned one
-does — not the server's, which dates from the first start.
+does — not the server's, which dates from the first start. Should the server
+be gone (killed by a child, or by the kernel's OOM killer), multiprocessing
+starts another where it notices; where a start fails instead, this process
+spawns fresh interpreters from then on: slower, not wrong.
 
 What this does not defend: a child runs with the user's rights, as a spawned
 one does, so a hostile plugin can rewrite files matprobe reads, or bind its own
@@ -32,19 +35,36 @@ from typing import Any
 #: What the fork server imports once, before any child: only installed libraries.
 PRELOAD = ("torch",)
 
+#: Set once a start through the fork server failed: this process spawns from then on.
+_SERVER_GONE: list[bool] = []
+
 
 def context() -> BaseContext:
     """The start method of kernel-running processes here (see the module's doc)."""
-    if platform.system() == "Linux":
+    if platform.system() == "Linux" and not _SERVER_GONE:
         forks = multiprocessing.get_context("forkserver")
         forks.set_forkserver_preload(list(PRELOAD))
         return forks
     return multiprocessing.get_context("spawn")
 
 
-def process(ctx: BaseContext, target: Callable[..., Any], args: tuple[Any, ...]) -> BaseProcess:
-    """A daemon process of ``ctx`` that runs ``target(*args)`` in the environment
-    this process has now."""
+def start(target: Callable[..., Any], args: tuple[Any, ...]) -> BaseProcess:
+    """A started daemon process that runs ``target(*args)`` in the environment this
+    process has now (the connections among ``args`` made by ``multiprocessing.Pipe``)."""
+    ctx = context()
+    child = _process(ctx, target, args)
+    try:
+        child.start()
+    except (OSError, EOFError):
+        if ctx.get_start_method() != "forkserver":
+            raise
+        _SERVER_GONE.append(True)  # the server died or refused: spawn from now on
+        child = _process(context(), target, args)
+        child.start()
+    return child
+
+
+def _process(ctx: BaseContext, target: Callable[..., Any], args: tuple[Any, ...]) -> BaseProcess:
     return ctx.Process(  # type: ignore[attr-defined, no-any-return]
         target=_in_environment, args=(dict(os.environ), target, *args), daemon=True
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import os
 import signal
 import time
@@ -40,11 +41,9 @@ class WitnessProcess:
         device: DeviceInfo,
         cpu_threads: int | None = None,
     ) -> None:
-        context = processes.context()
-        self._conn, theirs = context.Pipe()
+        self._conn, theirs = multiprocessing.Pipe()
         args = (theirs, factory, plugins, device.kind, device.index, cpu_threads)
-        self._process = processes.process(context, _witness_main, args)
-        self._process.start()
+        self._process = processes.start(_witness_main, args)
         theirs.close()
         try:
             self.expect("ready", START_TIMEOUT_S)

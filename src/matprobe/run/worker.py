@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -188,13 +189,11 @@ class Worker(_StopsOnExit):
         :meth:`run` waits for it (a process that has not started is started there)."""
         if self._proc is not None:
             return
-        mp = processes.context()
-        parent_conn, child_conn = mp.Pipe()
+        parent_conn, child_conn = multiprocessing.Pipe()
         # Only the first process measures the card (a replacement after a crash
         # would measure a card that just misbehaved, and take the time again).
         measure = None if self.pids else self._measure_peaks
-        proc = processes.process(mp, _worker_main, (child_conn, *self._args, measure))
-        proc.start()
+        proc = processes.start(_worker_main, (child_conn, *self._args, measure))
         child_conn.close()
         self._proc, self._conn = proc, parent_conn
         self._spawned_at = time.monotonic()
