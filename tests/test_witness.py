@@ -9,7 +9,8 @@ takes is held too; the CPU's shared wall clock holds only gross lies)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 from conftest import on_a_card  # noqa: E402
+from matprobe.measure.device import DeviceInfo  # noqa: E402
 from matprobe.measure.results import ErrorKind, Status  # noqa: E402
+from matprobe.measure.variants import SHIPPED_FACTORY  # noqa: E402
 from matprobe.run import session, witness, witness_rounds  # noqa: E402
 from matprobe.run.shared_arena import Arena, attach  # noqa: E402
+from matprobe.run.witness_process import WitnessProcess  # noqa: E402
 from test_tamper import ON_THE_CARD, ONE_SPEC, run_plugins, write  # noqa: E402
 
 #: Turns off its worker's tamper check, then rewrites every row of its own on the
@@ -101,6 +105,54 @@ def test_a_shared_block_is_the_same_memory_on_both_sides() -> None:
         del tensors, keep
     finally:
         arena.close()
+
+
+#: Starts a process of its own when imported (a compile server, a pool of helpers,
+#: or one that keeps the host busy while the baseline is timed): its pid in a file.
+STARTS_A_HELPER = """
+        import subprocess as _subprocess
+        import sys as _sys
+        _loop = "import time\\nwhile 1: time.sleep(0.01)"
+        _helper = _subprocess.Popen([_sys.executable, "-c", _loop])
+        open("helper.pid", "w").write(str(_helper.pid))
+        """
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (T: stopped, Z: ended, not yet reaped; "" gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return ""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states in /proc")
+def test_what_a_plugin_started_stops_with_it_while_the_baseline_is_timed(here: Path) -> None:
+    """Until the twenty-third session only the plugin's own process was stopped: a
+    process it had started worked on through the baseline's rounds. Now its group
+    is, and what is left in it ends with the witness's process."""
+    name = write(here, "helper_kernels", STARTS_A_HELPER)
+    process = WitnessProcess(SHIPPED_FACTORY, (name,), DeviceInfo(kind="cpu", name="test"))
+    helper, pid = int((here / "helper.pid").read_text()), process._process.pid
+    assert pid is not None
+    try:
+        with process.stopped():
+            assert _settled(helper, lambda s: s == "T") == _settled(pid, lambda s: s == "T") == "T"
+        assert "T" not in (_settled(pid, lambda s: s != "T"), _settled(helper, lambda s: s != "T"))
+    finally:
+        process.close()
+    # killed with the group, and reaped by whoever inherits it
+    assert _settled(helper, lambda s: s in ("", "Z")) in ("", "Z")
+
+
+def _settled(pid: int, done: Callable[[str], bool]) -> str:
+    """The process's state once ``done`` holds for it (a signal is delivered a moment
+    after it is sent), or after a second."""
+    for _ in range(100):
+        if done(state := _state(pid)):
+            return state
+        time.sleep(0.01)
+    return _state(pid)
 
 
 @pytest.mark.parametrize(

@@ -29,8 +29,8 @@ process sees. So after the run, for every plugin row that passed, this process
 - it has the run's baseline recorded over the same block in one more process,
   which imports no plugin, and times its rounds turn about with the kernel's
   (:data:`~matprobe.run.witness_rounds.ROUNDS` each, new problems every round,
-  the plugin's process stopped while the baseline runs): the ratio the row
-  claims is held to the one this clock saw.
+  the plugin's process and those it started stopped while the baseline runs):
+  the ratio the row claims is held to the one this clock saw.
 
 A row whose outputs fail, whose claimed time a call (the device clock's median,
 and the ratio times the baseline) is below the witnessed lower bound by more

@@ -19,6 +19,7 @@ judge: ``("ready",)``, ``("pong",)``, ``("imported",)``, ``("built",)``,
 from __future__ import annotations
 
 import json
+import os
 import signal
 import traceback
 from multiprocessing.connection import Connection
@@ -43,6 +44,10 @@ def _witness_main(
     cpu_threads: int | None = None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the judge decides
+    if hasattr(os, "setpgid"):
+        # A group of its own, before any plugin is imported: the processes a plugin
+        # starts join it, and the judge stops them with it while the baseline is timed.
+        os.setpgid(0, 0)
     try:
         from matprobe.measure.sampling import recorder_for
         from matprobe.measure.variants import resolve_factory, with_plugins

@@ -84,18 +84,20 @@ class WitnessProcess:
 
     @contextlib.contextmanager
     def stopped(self) -> Iterator[None]:
-        """This process frozen (SIGSTOP) for the block: whatever its threads would do
-        meanwhile — work for the host's cores while another process is timed — waits.
-        Work it had already given a card, and processes it started, run on."""
+        """This process frozen (SIGSTOP) for the block, and the processes it started
+        (its process group, made before any plugin was imported): whatever they
+        would do meanwhile — work for the host's cores while another process is
+        timed — waits. Work already given to a card runs on, and so does a process
+        that left the group (``setsid``): a plugin must do that on purpose."""
         pid = self._process.pid
         if pid is None or not hasattr(signal, "SIGSTOP"):
             yield
             return
-        os.kill(pid, signal.SIGSTOP)
+        _signal_process_and_group(pid, signal.SIGSTOP)
         try:
             yield
         finally:
-            os.kill(pid, signal.SIGCONT)
+            _signal_process_and_group(pid, signal.SIGCONT)
 
     def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -105,3 +107,16 @@ class WitnessProcess:
             self._process.kill()
             self._process.join()
         self._conn.close()
+        if self._process.pid is not None and hasattr(os, "killpg"):
+            # What the plugin started and left in the process's group ends with it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+
+
+def _signal_process_and_group(pid: int, signum: int) -> None:
+    """``signum`` to the process ``pid`` and to the group it leads (the processes it
+    started), each that still exists: the process may have left its group, the group
+    may be that process alone."""
+    for send in (os.kill, os.killpg):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            send(pid, signum)

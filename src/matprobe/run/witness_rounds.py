@@ -200,7 +200,8 @@ class JudgedRounds:
 
     def _baseline_lower(self, process: WitnessProcess, baseline: WitnessProcess) -> float:
         """The baseline's lower bound of a call, one round, ``process`` (the plugin's)
-        stopped meanwhile: nothing it runs on the host's cores slows the baseline."""
+        stopped meanwhile with the processes it started: nothing they run on the
+        host's cores slows the baseline."""
         with process.stopped():
             base = self.round(baseline, judge=False)
         if base.problem is not None:

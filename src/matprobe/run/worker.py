@@ -324,7 +324,7 @@ class Worker(_StopsOnExit):
         process found dead before its first pair died idle: a fresh one takes the item."""
         assert self._conn is not None
         current: Task | None = None
-        started = False
+        started = broke = False
         try:
             tasks = [task_data(task) for task in remaining.values()]
             ctx = self.ctx
@@ -347,8 +347,9 @@ class Worker(_StopsOnExit):
                 else:
                     if message[0] in ("start", "done", "idle"):  # out of turn, or not a result
                         message = ("fatal", f"the worker broke its protocol: {message!r:.120}")
+                        broke = True  # killed: a process that broke it may never stop
                     break
-        code = self._reap(kill=message is LATE or message is CANCELLED)
+        code = self._reap(kill=broke or message is LATE or message is CANCELLED)
         if message is CANCELLED:
             return False
         if message is LATE and current is not None:
