@@ -28,6 +28,12 @@ kernels import it; see ``matprobe.measure.fingerprint``).
 import triton  # type: ignore[import-untyped, import-not-found, unused-ignore]
 import triton.language as tl  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
+from matprobe.kernels.triton._interpreter import patch_once
+
+# Every kernel module imports this one: under the interpreter, the shared blocks'
+# calls then cost no repeated patching of triton.language (see _interpreter).
+patch_once()
+
 
 @triton.jit  # type: ignore[misc, untyped-decorator, unused-ignore]
 def epilogue_terms(  # type: ignore[no-untyped-def]
