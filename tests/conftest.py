@@ -23,10 +23,13 @@ from typing import Any, TypeVar
 
 import pytest
 
-from matprobe.measure.device import cuda_available
+from matprobe.measure.device import DeviceInfo, cuda_available
 
 if "TRITON_INTERPRET" not in os.environ and not cuda_available():
     os.environ["TRITON_INTERPRET"] = "1"
+
+#: The CPU as the harness's tests name it (the device most of them measure on).
+CPU = DeviceInfo(kind="cpu", name="test-cpu")
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import python_c
+from conftest import CPU, python_c
 from matprobe.measure import fingerprint
 from matprobe.measure.device import DeviceInfo
 from matprobe.measure.fingerprint import (
@@ -290,7 +290,6 @@ def test_policy_fingerprint_follows_the_measurement_code(measurement_copy: Path)
 
 # ---- the plan says why a pair runs again ------------------------------------------------------
 
-CPU = DeviceInfo(kind="cpu", name="test-cpu")
 SPEC = MatmulSpec(op="matmul", batch=1, m=1, n=8, k=16, tA=False, tB=True, dtype="f32")
 POLICY = TimingPolicy(min_samples=3, max_samples=5)
 

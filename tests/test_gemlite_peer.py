@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from conftest import CPU
 from matprobe.kernels.catalogue import shipped_registry
 from matprobe.kernels.peers import gemlite_ref
 from matprobe.kernels.peers.gemlite_ref import GEMLITE_A16W8, NAME, gemlite_layout
@@ -22,7 +23,6 @@ from matprobe.measure.device import DeviceInfo
 from matprobe.measure.variants import Variant
 from matprobe.spec import MatmulSpec
 
-CPU = DeviceInfo(kind="cpu", name="test-cpu")
 GPU = DeviceInfo(kind="cuda", name="fake H100", capability=(9, 0), sm_count=132)
 SPEC = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=53 | k=96 | tA=0 | tB=1").with_dtype("q8_0")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import python_c
+from conftest import CPU, python_c
 from matprobe.errors import MatprobeError
 from matprobe.kernels.peers import mlx_ref, torch_ref
 from matprobe.measure import device as device_mod
@@ -44,7 +44,6 @@ needs_torch = pytest.mark.skipif(
     reason="the harness needs torch (CPU build is enough)",
 )
 
-CPU = DeviceInfo(kind="cpu", name="test-cpu")
 MLX = Variant(mlx_ref.mlx_matmul)
 TORCH = Variant(torch_ref.torch_matmul)
 

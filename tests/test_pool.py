@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 import fake_variants  # noqa: E402
+from conftest import CPU  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
@@ -30,7 +31,6 @@ from matprobe.run.store import ResultStore  # noqa: E402
 from matprobe.run.task import Task  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
-CPU = DeviceInfo(kind="cpu", name="test-cpu")
 FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.01, host_samples=3)
 REGISTRY = fake_variants.registry()
 #: CPU "cards": one fingerprint (the plan's keys), different indices, as a host's GPUs.

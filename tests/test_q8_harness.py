@@ -13,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
+from conftest import CPU  # noqa: E402
 from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
 from matprobe.measure.checks import check_chain  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
@@ -34,7 +35,6 @@ from matprobe.measure.variants import (  # noqa: E402
 from matprobe.quant import dequantize_q8_0, quantize_q8_0  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
-CPU = DeviceInfo(kind="cpu", name="test-cpu")
 FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.02, host_samples=3)
 #: the quantized profile's shapes at reduced n (the CPU's fp16 matmul is slow), and awkward ones
 SHAPES = [

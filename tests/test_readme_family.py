@@ -12,19 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import interpreting
+from conftest import CPU, interpreting
 
 pytest.importorskip("torch", reason="the harness needs torch")
 pytest.importorskip("triton", reason="the example is a Triton kernel")
 pytestmark = pytest.mark.skipif(not interpreting(), reason="needs the Triton interpreter")
 
 from matprobe.cli import main  # noqa: E402
-from matprobe.measure.device import DeviceInfo  # noqa: E402
 from matprobe.measure.pair import validate_pair  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-CPU = DeviceInfo(kind="cpu", name="test-cpu")
 PACKAGE = "readme_family"
 
 

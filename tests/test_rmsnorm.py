@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import fake_variants  # noqa: E402
+from conftest import CPU  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.errors import MatprobeError, SpecError  # noqa: E402
 from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
@@ -38,7 +39,6 @@ from matprobe.measure.variants import Variant, variant_family  # noqa: E402
 from matprobe.profile.models import decode_specs, get_model  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
-CPU = DeviceInfo(kind="cpu", name="test-cpu")
 FAST = TimingPolicy(min_samples=3, max_samples=6, budget_s=0.02, host_samples=3)
 KEY = "op=matmul | batch=1 | m=1 | n=53 | k=96 | tA=0 | tB=1 | rmsnorm=1e-06"
 

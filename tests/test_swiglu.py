@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
-from conftest import NOT_INTERPRETING, interpreting  # noqa: E402
+from conftest import CPU, NOT_INTERPRETING, interpreting  # noqa: E402
 from matprobe.errors import SpecError  # noqa: E402
 from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
 from matprobe.kernels.triton.gemv_swiglu import GEMV_SWIGLU  # noqa: E402
@@ -38,7 +38,6 @@ from matprobe.quant import dequantize_q8_0  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
 F = torch.nn.functional
-CPU = DeviceInfo(kind="cpu", name="test-cpu")
 
 #: Qwen2.5-0.5B's gate/up (the profile's ``n=? | n0=4864 | n1=4864``) as SwiGLU.
 GATE_UP = "op=matmul_swiglu | batch=1 | m=1 | n=? | k=896 | tA=0 | tB=1 | n0=4864 | n1=4864"
