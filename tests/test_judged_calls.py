@@ -19,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 import fake_variants  # noqa: E402
+from conftest import CPU  # noqa: E402
 from matprobe.measure import seeds  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
 from matprobe.measure.inputs import MatmulInputs  # noqa: E402
@@ -28,7 +29,6 @@ from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.measure.variants import Variant, variant_family  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
-CPU = DeviceInfo(kind="cpu", name="test-cpu")
 FAST = TimingPolicy(min_samples=3, max_samples=6, budget_s=0.02, host_samples=3)
 REGISTRY = fake_variants.registry()
 
@@ -430,6 +430,30 @@ def test_checksums_batched_are_each_tensors_own_and_see_one_changed_bit(
     sets[33].view(torch.int16).view(-1)[50] ^= 1
     changed = (outputs.checksums(tensors) != before).nonzero().flatten().tolist()
     assert changed == [next(i for i, t in enumerate(tensors) if t is sets[33])]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_checksums_of_a_tensor_longer_than_a_batch_are_its_own_and_see_a_swap(
+    dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An LM head is summed a slice at a time, each slice taking the weights made once
+    (slices start at whole moduli): the sum is still the per-tensor formula, a swap
+    between two slices is seen, and so is one flipped bit in the last, short slice."""
+    from matprobe.measure import outputs
+
+    monkeypatch.setattr(outputs, "CHECKSUM_BATCH", outputs.CHECKSUM_MODULUS)
+    n = 3 * outputs.CHECKSUM_MODULUS + 5
+    t = torch.rand(n, generator=torch.Generator().manual_seed(3)).to(getattr(torch, dtype))
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    bits = t.view(ints).to(torch.int64)
+    own = (bits * (torch.arange(n) % outputs.CHECKSUM_MODULUS + 1)).sum()
+    before = outputs.checksums([t])
+    assert torch.equal(before, own.reshape(1))
+    t[[10, n - 20]] = t[[n - 20, 10]]
+    swapped = outputs.checksums([t])
+    assert not torch.equal(swapped, before)
+    t.view(ints)[n - 1] ^= 1
+    assert not torch.equal(outputs.checksums([t]), swapped)
 
 
 # ---- fingerprints of the code that ran, not of what a family says about itself ---------------

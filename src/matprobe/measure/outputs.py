@@ -23,11 +23,17 @@ if TYPE_CHECKING:
     import torch
 
 
-#: Elements a checksum batch stacks at once (as int64: 128 MB): the hundreds of
+#: Positions are weighted ``(i mod CHECKSUM_MODULUS) + 1`` (a prime below 2¹⁶: a
+#: 16-bit element times its weight fits an int32).
+CHECKSUM_MODULUS = 65521
+#: Elements a checksum batch stacks at once (~16 M: 64 MB of int32): the hundreds of
 #: small sets a bench rotates over are summed a few launches a batch, not a few
 #: launches a tensor (1300 attention sets took 0.13 s a pass on an H100, four
-#: passes a pair: BENCHMARKS.md "Every timed call judged").
-CHECKSUM_BATCH = 1 << 24
+#: passes a pair: BENCHMARKS.md "Every timed call judged"). A whole number of
+#: moduli, so every slice of a large tensor (an LM head) takes the same weights,
+#: made once a call: the weights made again for each slice, in int64, took ~2.5 s
+#: a checksum of the LM head's fp16 weights on a 2-core CPU.
+CHECKSUM_BATCH = CHECKSUM_MODULUS * 256
 
 
 def checksums(tensors: Sequence[Any]) -> Any:
@@ -45,6 +51,8 @@ def checksums(tensors: Sequence[Any]) -> Any:
     groups: dict[tuple[int, int], list[int]] = {}
     for index, tensor in enumerate(tensors):
         groups.setdefault((tensor.element_size(), tensor.numel()), []).append(index)
+    # The weights from position 0, made here (a kept copy is state a kernel could zero).
+    base = _position_weights(0, min(max(n for _, n in groups), CHECKSUM_BATCH), where)
     sums = torch.empty(len(tensors), dtype=torch.int64, device=where)
     for (size, numel), indices in groups.items():
         if numel > CHECKSUM_BATCH:  # one large tensor (an LM head), a slice at a time
@@ -52,19 +60,42 @@ def checksums(tensors: Sequence[Any]) -> Any:
                 flat = tensors[i].detach().reshape(-1).view(ints[size])
                 total = torch.zeros((), dtype=torch.int64, device=where)
                 for start in range(0, numel, CHECKSUM_BATCH):
-                    part = flat[start : start + CHECKSUM_BATCH].to(torch.int64)
-                    at = torch.arange(start, start + part.numel(), device=where)
-                    total += (part * (at % 65521 + 1)).sum()
+                    part = flat[start : start + CHECKSUM_BATCH]
+                    reused = start % CHECKSUM_MODULUS == 0
+                    at = (
+                        base[: part.numel()]
+                        if reused
+                        else _position_weights(start, part.numel(), where)
+                    )
+                    total += _weighted_sums(part, at)
                 sums[i] = total
             continue
-        weights = torch.arange(numel, device=where, dtype=torch.int64) % 65521 + 1
         step = max(1, CHECKSUM_BATCH // max(1, numel))
         for start in range(0, len(indices), step):
             batch = indices[start : start + step]
             rows = torch.stack([tensors[i].detach().reshape(-1) for i in batch])
-            bits = rows.view(ints[size]).to(torch.int64)
-            sums[torch.tensor(batch, device=where)] = (bits * weights).sum(dim=1)
+            sums[torch.tensor(batch, device=where)] = _weighted_sums(
+                rows.view(ints[size]), base[:numel]
+            )
     return sums
+
+
+def _position_weights(start: int, count: int, where: Any) -> Any:
+    """``(i mod CHECKSUM_MODULUS) + 1`` for positions ``start … start + count − 1``, int32."""
+    import torch
+
+    at = torch.arange(start, start + count, device=where, dtype=torch.int64)
+    return (at % CHECKSUM_MODULUS + 1).to(torch.int32)
+
+
+def _weighted_sums(bits: Any, weights: Any) -> Any:
+    """Σ bits × weights along the last axis, int64: 8- and 16-bit elements multiplied
+    in int32 (exact), wider ones in int64 (wrapping, as the sums do)."""
+    import torch
+
+    wide = torch.int32 if bits.element_size() <= 2 else torch.int64
+    products = bits.to(wide, copy=True)  # its own buffer: multiplied in place
+    return products.mul_(weights).sum(dim=-1, dtype=torch.int64)
 
 
 def bit_sums(tensors: Sequence[Any]) -> Any:
