@@ -31,8 +31,9 @@ CHECKSUM_MODULUS = 65521
 #: launches a tensor (1300 attention sets took 0.13 s a pass on an H100, four
 #: passes a pair: BENCHMARKS.md "Every timed call judged"). A whole number of
 #: moduli, so every slice of a large tensor (an LM head) takes the same weights,
-#: made once a call: the weights made again for each slice, in int64, took ~2.5 s
-#: a checksum of the LM head's fp16 weights on a 2-core CPU.
+#: made once a call: with the weights made again for each slice, in int64, a
+#: checksum of the LM head's fp16 weights took 6.2–6.6 s on a 2-core CPU, now
+#: 2.5–2.6 s (BENCHMARKS.md, twenty-third session).
 CHECKSUM_BATCH = CHECKSUM_MODULUS * 256
 
 
