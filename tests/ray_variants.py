@@ -26,6 +26,7 @@ from matprobe.measure.inputs import MatmulInputs
 from matprobe.measure.variants import KernelFn, Registry, variant_family
 from matprobe.run import processes
 from matprobe.spec import MatmulSpec
+from proc_stat import stat_fields
 
 LOG = "measured.log"
 MARKER = "killed"
@@ -67,9 +68,7 @@ def _ray_worker() -> int:
     parent = os.getppid()
     if processes.context().get_start_method() != "forkserver":
         return parent
-    # /proc/PID/stat: "pid (comm) state ppid …" — comm may hold spaces and parentheses.
-    stat = Path(f"/proc/{parent}/stat").read_text(encoding="utf-8")
-    return int(stat.rsplit(")", 1)[1].split()[1])
+    return int(stat_fields(parent)[1])  # the fork server's parent
 
 
 def registry() -> Registry:

@@ -17,13 +17,13 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
-from conftest import on_a_card  # noqa: E402
-from matprobe.measure.device import DeviceInfo  # noqa: E402
+from conftest import CPU, on_a_card  # noqa: E402
 from matprobe.measure.results import ErrorKind, Status  # noqa: E402
 from matprobe.measure.variants import SHIPPED_FACTORY  # noqa: E402
 from matprobe.run import session, witness, witness_rounds  # noqa: E402
 from matprobe.run.shared_arena import Arena, attach  # noqa: E402
 from matprobe.run.witness_process import WitnessProcess  # noqa: E402
+from proc_stat import stat_fields  # noqa: E402
 from test_tamper import ON_THE_CARD, ONE_SPEC, run_plugins, write  # noqa: E402
 
 #: Turns off its worker's tamper check, then rewrites every row of its own on the
@@ -121,7 +121,7 @@ STARTS_A_HELPER = """
 def _state(pid: int) -> str:
     """A process's state letter (T: stopped, Z: ended, not yet reaped; "" gone)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return stat_fields(pid)[0]
     except FileNotFoundError:
         return ""
 
@@ -132,7 +132,7 @@ def test_what_a_plugin_started_stops_with_it_while_the_baseline_is_timed(here: P
     process it had started worked on through the baseline's rounds. Now its group
     is, and what is left in it ends with the witness's process."""
     name = write(here, "helper_kernels", STARTS_A_HELPER)
-    process = WitnessProcess(SHIPPED_FACTORY, (name,), DeviceInfo(kind="cpu", name="test"))
+    process = WitnessProcess(SHIPPED_FACTORY, (name,), CPU)
     helper, pid = int((here / "helper.pid").read_text()), process._process.pid
     assert pid is not None
     try:

@@ -108,7 +108,8 @@ class WitnessProcess:
             self._process.join()
         self._conn.close()
         if self._process.pid is not None and hasattr(os, "killpg"):
-            # What the plugin started and left in the process's group ends with it.
+            # What the plugin started and left in the process's group ends with it
+            # (the group only: the reaped process's pid may be another's by now).
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._process.pid, signal.SIGKILL)
 
