@@ -25,8 +25,8 @@ from matprobe.measure.device import DeviceInfo
 from matprobe.measure.inputs import MatmulInputs
 from matprobe.measure.variants import KernelFn, Registry, variant_family
 from matprobe.run import processes
+from matprobe.run.process_tree import stat_fields
 from matprobe.spec import MatmulSpec
-from proc_stat import stat_fields
 
 LOG = "measured.log"
 MARKER = "killed"

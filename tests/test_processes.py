@@ -12,13 +12,14 @@ import multiprocessing
 import os
 import platform
 import signal
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
 
 from conftest import python_c
-from matprobe.run import processes
+from matprobe.run import process_tree, processes
 
 
 def _report(conn: Connection, name: str) -> None:
@@ -72,7 +73,7 @@ def _in_a_fresh_interpreter(steps: str) -> list[str]:
 import os, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 import multiprocessing.forkserver
-from matprobe.run import processes
+from matprobe.run import process_tree, processes
 from test_processes import _kill_the_server, _start
 {steps}
 """
@@ -103,3 +104,42 @@ def test_a_server_that_cannot_be_reached_leaves_the_next_children_spawned() -> N
     )
     home = repr((os.environ.get("HOME"), False))
     assert lines == [f"{home} forkserver", f"{home} spawn", f"{home} spawn"]
+
+
+def _leave_an_orphan(conn: Connection, name: str) -> None:
+    """Fork a process that leaves its session and then its parent (the fork, whose
+    parent ends, is an orphan); send back its pid, once its parent is gone."""
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        if os.fork() == 0:
+            conn.send(os.getpid())
+            time.sleep(60)
+        os._exit(0)
+    os.waitpid(middle, 0)
+    conn.send("orphaned")
+    conn.close()
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="children fork from a server on Linux")
+def test_the_server_adopts_the_orphans_of_its_children_the_judge_does_not() -> None:
+    """A plugin's helper that left its group and its parent is handed to the fork
+    server (a child subreaper), where the witness finds it (process_tree); the
+    judge that imports the same module stays an ordinary process."""
+    mine, theirs = multiprocessing.Pipe()
+    child = processes.start(_leave_an_orphan, (theirs, ""))
+    theirs.close()
+    try:
+        assert mine.poll(60)
+        orphan = mine.recv()
+        assert mine.recv() == "orphaned"
+        assert process_tree.parent_of(orphan) == process_tree.parent_of(child.pid or 0)
+        assert process_tree.parent_of(orphan) != os.getpid()
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+        child.join(10)
+    import ctypes
+
+    got = ctypes.c_int(-1)  # prctl PR_GET_CHILD_SUBREAPER (37) of this process
+    assert ctypes.CDLL(None).prctl(37, ctypes.byref(got), 0, 0, 0) == 0
+    assert got.value == 0

@@ -376,7 +376,8 @@ def test_on_a_card_a_plugins_ratio_rests_on_a_baseline_as_fast_as_alone(
         if cheat:  # an exact copy of the baseline: no faster than it, on the clean figure
             ratio = row.clocks.vs_baseline
             assert row.status is Status.PASS and ratio is not None, row.reason
-            assert ratio.median > 0.9 and "slower beside this kernel" in row.clocks.notes[-1]
+            # (0.894 on an H200 once: cuBLAS's two modes; the cheat was ranked 0.55×)
+            assert ratio.median > 0.8 and "slower beside this kernel" in row.clocks.notes[-1]
         elif row.variant_id == "evil.exact/default":  # float64 on the card: no false alarm
             assert row.status is Status.PASS, row.reason
 

@@ -21,9 +21,10 @@ from conftest import CPU, on_a_card  # noqa: E402
 from matprobe.measure.results import ErrorKind, Status  # noqa: E402
 from matprobe.measure.variants import SHIPPED_FACTORY  # noqa: E402
 from matprobe.run import session, witness, witness_rounds  # noqa: E402
+from matprobe.run.process_tree import stat_fields  # noqa: E402
 from matprobe.run.shared_arena import Arena, attach  # noqa: E402
+from matprobe.run.store import ResultStore  # noqa: E402
 from matprobe.run.witness_process import WitnessProcess  # noqa: E402
-from proc_stat import stat_fields  # noqa: E402
 from test_tamper import ON_THE_CARD, ONE_SPEC, run_plugins, write  # noqa: E402
 
 #: Turns off its worker's tamper check, then rewrites every row of its own on the
@@ -107,15 +108,28 @@ def test_a_shared_block_is_the_same_memory_on_both_sides() -> None:
         arena.close()
 
 
+#: The program of a helper that keeps the host busy: a loop.
+LOOP = "import time\nwhile 1: time.sleep(0.01)"
+#: Leaves its group and then its parent: a session of its own, a fork whose parent
+#: ends (the fork, an orphan, writes its pid).
+ORPHAN = (
+    "import os, time\nos.setsid()\nif os.fork(): os._exit(0)\n"
+    "open('helper.pid', 'w').write(str(os.getpid()))\n" + LOOP
+)
 #: Starts a process of its own when imported (a compile server, a pool of helpers,
-#: or one that keeps the host busy while the baseline is timed): its pid in a file.
+#: or one that keeps the host busy while the baseline is timed), three ways.
 STARTS_A_HELPER = """
         import subprocess as _subprocess
         import sys as _sys
-        _loop = "import time\\nwhile 1: time.sleep(0.01)"
-        _helper = _subprocess.Popen([_sys.executable, "-c", _loop])
-        open("helper.pid", "w").write(str(_helper.pid))
+        _helper = _subprocess.Popen([_sys.executable, "-c", PROGRAM], start_new_session=SETSID)
+        if PROGRAM != ORPHAN:
+            open("helper.pid", "w").write(str(_helper.pid))
         """
+HELPERS = {
+    "in its group": (LOOP, False),
+    "in a session of its own": (LOOP, True),
+    "an orphan": (ORPHAN, False),
+}
 
 
 def _state(pid: int) -> str:
@@ -126,14 +140,31 @@ def _state(pid: int) -> str:
         return ""
 
 
+def _helper_pid(here: Path) -> int:
+    """The pid the helper's starter wrote (a forked one writes it a moment later)."""
+    for _ in range(500):
+        text = (here / "helper.pid").read_text() if (here / "helper.pid").exists() else ""
+        if text.strip().isdigit():
+            return int(text)
+        time.sleep(0.01)
+    raise AssertionError("the helper wrote no pid")
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states in /proc")
-def test_what_a_plugin_started_stops_with_it_while_the_baseline_is_timed(here: Path) -> None:
+@pytest.mark.parametrize("how", list(HELPERS))
+def test_what_a_plugin_started_stops_with_it_while_the_baseline_is_timed(
+    here: Path, how: str
+) -> None:
     """Until the twenty-third session only the plugin's own process was stopped: a
-    process it had started worked on through the baseline's rounds. Now its group
-    is, and what is left in it ends with the witness's process."""
-    name = write(here, "helper_kernels", STARTS_A_HELPER)
+    process it had started worked on through the baseline's rounds; until the
+    twenty-fourth one that left the plugin's group (``setsid``), or its parent
+    too (an orphan, handed to the fork server), still did. Now whatever descends
+    from the plugin's process is stopped, and ends with it."""
+    program, setsid = HELPERS[how]
+    code = STARTS_A_HELPER.replace("PROGRAM", repr(program)).replace("SETSID", str(setsid))
+    name = write(here, "helper_kernels", code.replace("ORPHAN", repr(ORPHAN)))
     process = WitnessProcess(SHIPPED_FACTORY, (name,), CPU)
-    helper, pid = int((here / "helper.pid").read_text()), process._process.pid
+    helper, pid = _helper_pid(here), process._process.pid
     assert pid is not None
     try:
         with process.stopped():
@@ -141,7 +172,7 @@ def test_what_a_plugin_started_stops_with_it_while_the_baseline_is_timed(here: P
         assert "T" not in (_settled(pid, lambda s: s != "T"), _settled(helper, lambda s: s != "T"))
     finally:
         process.close()
-    # killed with the group, and reaped by whoever inherits it
+    # killed with the plugin's process, and reaped by whoever inherits it
     assert _settled(helper, lambda s: s in ("", "Z")) in ("", "Z")
 
 
@@ -205,6 +236,72 @@ def test_on_a_card_a_witness_that_hears_done_early_waits_for_every_output(
     assert rows
     for row in rows:
         assert row.status is Status.ERROR and "calls took at least" in row.reason, row.reason
+
+
+#: Keeps its card busy from a thread of its own: two 10 ms kernels queued at a time,
+#: which run on after the witness stops its process (the host side alone stops).
+KEEPS_THE_CARD_BUSY = """
+        import threading as _threading
+        import torch as _torch
+
+        def _keep_busy():
+            stream = _torch.cuda.Stream()
+            with _torch.cuda.stream(stream):
+                while True:
+                    _torch.cuda._sleep(20_000_000)
+                    _torch.cuda._sleep(20_000_000)
+                    stream.synchronize()
+
+        if _torch.cuda.is_available():
+            _threading.Thread(target=_keep_busy, daemon=True).start()
+        """
+
+
+@on_a_card
+def test_on_a_card_work_a_stopped_plugin_left_queued_slows_no_baseline_round(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Until the twenty-fourth session the baseline's rounds ran beside what the
+    plugin had queued on the card (time slices: a 10 ms kernel stretched a round of
+    200 GEMVs 3.7×), so the witnessed ratio moved in the plugin's favour. Now a
+    round counts only on a card quiet before and after it: the baseline's bound is
+    the one it has alone, or the row has no verdict. (Its thread also breaks the
+    plugin's own recordings at times: those rows have no verdict either.)"""
+    name = write(here, "busy_card", KEEPS_THE_CARD_BUSY)
+    run_plugins(here, [name], ON_THE_CARD, "evil.exact", "torch.*")
+    capsys.readouterr()
+    with ResultStore(here / "r.sqlite", read_only=True) as store:
+        (run,) = store.runs()
+        rows = {(r.spec_key, r.variant_id): r for r in store.results()}
+    seen = run.environment["judged_apart"]
+    assert seen
+    for entry in seen:
+        row = rows[entry["spec"], entry["variant"]]
+        assert row.clocks.vs_baseline is not None
+        alone = rows[entry["spec"], row.clocks.vs_baseline.baseline_id]  # the baseline's own
+        assert alone.clocks.device is not None
+        if entry["problem"] is not None:  # the card stayed busy, or its process broke
+            assert row.status is Status.ERROR, entry
+        else:  # on 26b11f1 the LM head's stood on a baseline 3.1× its own (H200)
+            assert entry["baseline_us"] < 1.5 * alone.clocks.device.median_us, entry
+
+
+@pytest.mark.parametrize(
+    ("canaries", "wait_s", "found"),
+    [
+        ([50.0, 60.0], 0.0, True),
+        # a busy canary (another context's time slice) starts the count again
+        ([2300.0, 50.0, 2300.0, 50.0, 40.0], 60.0, True),
+        ([50.0, 2300.0], 0.0, False),
+        ([2300.0], 0.0, False),
+    ],
+)
+def test_a_card_is_quiet_after_two_quick_canaries_in_a_row(
+    canaries: list[float], wait_s: float, found: bool
+) -> None:
+    left = iter(canaries)
+    assert witness_rounds.quiet(lambda: next(left), wait_s) is found
+    assert next(left, None) is None  # no canary more than needed
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from matprobe.measure.device import DeviceInfo
-from matprobe.run import processes
+from matprobe.run import process_tree, processes
 from matprobe.run.witness_child import _witness_main
 
 #: Pings before the plugin is imported; the slowest is what a message costs.
@@ -45,6 +45,11 @@ class WitnessProcess:
         args = (theirs, factory, plugins, device.kind, device.index, cpu_threads)
         self._process = processes.start(_witness_main, args)
         theirs.close()
+        # Where its helpers' orphans go (see process_tree), and since when.
+        pid = self._process.pid or 0
+        self._since = process_tree.start_tick(pid)
+        server = process_tree.parent_of(pid)
+        self._server = server if server not in (None, 0, 1, os.getpid()) else None
         try:
             self.expect("ready", START_TIMEOUT_S)
             self.latency_s = max(self._ping() for _ in range(PINGS))
@@ -84,20 +89,34 @@ class WitnessProcess:
 
     @contextlib.contextmanager
     def stopped(self) -> Iterator[None]:
-        """This process frozen (SIGSTOP) for the block, and the processes it started
-        (its process group, made before any plugin was imported): whatever they
-        would do meanwhile — work for the host's cores while another process is
-        timed — waits. Work already given to a card runs on, and so does a process
-        that left the group (``setsid``): a plugin must do that on purpose."""
+        """This process frozen (SIGSTOP) for the block, and every process it started,
+        wherever that went — its group, its descendants, their orphans
+        (:func:`~matprobe.run.process_tree.started_by`): whatever they would do
+        meanwhile — work for the host's cores while another process is timed —
+        waits. Work already given to a card runs on."""
         pid = self._process.pid
         if pid is None or not hasattr(signal, "SIGSTOP"):
             yield
             return
-        _signal_process_and_group(pid, signal.SIGSTOP)
+        frozen = self._freeze(pid)
         try:
             yield
         finally:
-            _signal_process_and_group(pid, signal.SIGCONT)
+            _signal(frozen, signal.SIGCONT)
+            _signal_group(pid, signal.SIGCONT)
+
+    def _freeze(self, pid: int | None) -> set[int]:
+        """SIGSTOP to what ``pid`` (None: a process already gone) started, and to
+        ``pid``, until a look finds nothing new (a stopped process starts none, and
+        Linux restarts a fork that a stop signal met); the processes stopped."""
+        if pid is not None:
+            _signal_group(pid, signal.SIGSTOP)
+        known = {child.pid or 0 for child in multiprocessing.active_children()}
+        frozen: set[int] = set()
+        while found := process_tree.started_by(pid, self._server, self._since, known) - frozen:
+            _signal(found, signal.SIGSTOP)
+            frozen |= found
+        return frozen
 
     def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -107,17 +126,23 @@ class WitnessProcess:
             self._process.kill()
             self._process.join()
         self._conn.close()
-        if self._process.pid is not None and hasattr(os, "killpg"):
-            # What the plugin started and left in the process's group ends with it
-            # (the group only: the reaped process's pid may be another's by now).
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._process.pid, signal.SIGKILL)
+        if self._process.pid is not None and hasattr(signal, "SIGKILL"):
+            # What the plugin started ends with it: its group (the group only: the
+            # reaped process's pid may be another's by now), and its orphans.
+            _signal_group(self._process.pid, signal.SIGKILL)
+            _signal(self._freeze(None), signal.SIGKILL)
 
 
-def _signal_process_and_group(pid: int, signum: int) -> None:
-    """``signum`` to the process ``pid`` and to the group it leads (the processes it
-    started), each that still exists: the process may have left its group, the group
-    may be that process alone."""
-    for send in (os.kill, os.killpg):
+def _signal(pids: set[int], signum: int) -> None:
+    """``signum`` to each of ``pids`` that still exists."""
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            send(pid, signum)
+            os.kill(pid, signum)
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    """``signum`` to the group ``pid`` leads, if it still exists (where there is no
+    ``/proc`` to find its members one by one)."""
+    if hasattr(os, "killpg"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signum)

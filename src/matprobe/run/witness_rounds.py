@@ -49,6 +49,18 @@ CLOCK_TOLERANCE = {"cuda": 0.15}
 RATIO_TOLERANCE = {"cuda": 0.15, "cpu": 0.9}
 #: Rounds of the kernel's (the first included) and of the baseline's, turn about.
 ROUNDS = 2
+#: A card's canary (one one-element kernel, launch to synchronize, on the wall
+#: clock) slower than this: another process had work on the card. Stopping a
+#: plugin's processes stops their host side only; what they queued runs on, and
+#: processes share a card by time slices: on an H200 a canary took 23–332 µs on a
+#: quiet card and 2250–2380 µs behind a 10 ms kernel of a stopped process, which
+#: stretched a baseline round of 200 GEMVs from 871 to 3197 µs (BENCHMARKS.md,
+#: twenty-fourth session).
+BUSY_US = 1000.0
+#: Seconds the witness waits for the card to fall quiet before a baseline round.
+QUIET_WAIT_S = 5.0
+#: Baseline rounds tried before a busy card costs the row its verdict.
+QUIET_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,21 @@ def _sync(device: DeviceInfo) -> None:
     recorder_for(device.kind).sync()
 
 
+def quiet(canary: Callable[[], float], wait_s: float) -> bool:
+    """Whether two canaries in a row (µs each) took less than :data:`BUSY_US` within
+    ``wait_s`` seconds."""
+    deadline = time.perf_counter() + wait_s
+    in_a_row = 0
+    while in_a_row < 2:
+        if canary() < BUSY_US:
+            in_a_row += 1
+        elif time.perf_counter() > deadline:
+            return False
+        else:
+            in_a_row = 0
+    return True
+
+
 def short_of(
     kind: str, lowers: Sequence[float], base_lowers: Sequence[float], claim: Claim, calls: int
 ) -> str | None:
@@ -140,6 +167,7 @@ class JudgedRounds:
         self.interpreted = device.kind == "cpu" and variant.family.interpreted_on_cpu
         self.answers = CallAnswers(sets, where(device))
         self._copies: float | None = None
+        self._canary_tensor: Any = None
 
     def round(self, process: WitnessProcess, *, judge: bool = True) -> _Round:
         """One replay of ``process``'s recording on a fresh ``x``, timed from ``go``
@@ -201,12 +229,50 @@ class JudgedRounds:
     def _baseline_lower(self, process: WitnessProcess, baseline: WitnessProcess) -> float:
         """The baseline's lower bound of a call, one round, ``process`` (the plugin's)
         stopped meanwhile with the processes it started: nothing they run on the
-        host's cores slows the baseline."""
+        host's cores slows the baseline — nor on a card: the round counts only when
+        the card was quiet before it and after it (what a stopped process queued
+        there runs on, sharing the card by time slices)."""
         with process.stopped():
-            base = self.round(baseline, judge=False)
+            base = self._quiet_round(baseline)
+        if base is None:
+            raise WitnessError(
+                "the card was busy with work not the baseline's while its rounds were "
+                "timed (work the plugin's processes queued before they were stopped, "
+                f"or another process's): a canary took over {BUSY_US:.0f} µs"
+            )
         if base.problem is not None:
             raise WitnessError(f"the baseline's process: {base.problem}")
         return base.lower_us(baseline.latency_s, self._copies_s(base.x))
+
+    def _quiet_round(self, baseline: WitnessProcess) -> _Round | None:
+        """One round of the baseline's on a card quiet before it and after it; None
+        when the card stayed busy (:data:`QUIET_TRIES` rounds)."""
+        for _ in range(QUIET_TRIES):
+            if not self._quiet(QUIET_WAIT_S):
+                return None
+            base = self.round(baseline, judge=False)
+            if self._quiet(0.0):
+                return base
+        return None
+
+    def _quiet(self, wait_s: float) -> bool:
+        """Whether the card is quiet (:func:`quiet`; the CPU always is: the processes
+        stopped are all that could run beside)."""
+        if self.device.kind != "cuda":
+            return True
+        import torch
+
+        if self._canary_tensor is None:
+            self._canary_tensor = torch.zeros(1, device=where(self.device))
+        tensor = self._canary_tensor
+
+        def canary() -> float:
+            start = time.perf_counter()
+            tensor.add_(1)
+            _sync(self.device)
+            return (time.perf_counter() - start) * 1e6
+
+        return quiet(canary, wait_s)
 
     def _problem(self, outs: Any, x: Any) -> str | None:
         import torch

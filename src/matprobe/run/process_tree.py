@@ -1,0 +1,129 @@
+"""The processes a plugin's process started, wherever they went (Linux's ``/proc``).
+
+The witness stops a plugin's process, and what it started, while the baseline's
+rounds are timed, and ends them with it (:mod:`~matprobe.run.witness_process`).
+A helper may leave the process group it was born in (``setsid``) and, by forking
+once more and letting the middle process end, its parent too: the kernel hands
+an orphan to its nearest ancestor that is a *child subreaper*, else to init. The
+fork server every kernel-running process is forked from (:mod:`~matprobe.run.
+processes`) makes itself one when it imports this module, so such an orphan
+becomes a child of the fork server that the judge did not start — and is found
+by :func:`started_by` like a child still in the group. (The plugin's own process
+is no subreaper the judge could rely on: its code could turn that off.)
+
+Elsewhere (no ``/proc``, no ``prctl``) only the process and its group are found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import sys
+import warnings
+from collections.abc import Set
+from pathlib import Path
+from types import FrameType
+
+#: ``prctl`` option (linux/prctl.h): orphans below this process become its children.
+PR_SET_CHILD_SUBREAPER = 36
+#: Field index, after the name, of a process's start (clock ticks since boot).
+_STARTED = 19
+
+
+def stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after ``(comm)`` — ``[state, ppid, pgrp, …]``;
+    the name may hold spaces and parentheses, so it is cut at the last ``)``.
+    FileNotFoundError when the process is gone (ProcessLookupError on a race)."""
+    stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    return stat.rsplit(")", 1)[1].split()
+
+
+def start_tick(pid: int) -> int:
+    """When ``pid`` started, in clock ticks since boot; 0 where that is not known."""
+    try:
+        return int(stat_fields(pid)[_STARTED])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def parent_of(pid: int) -> int | None:
+    """The process ``pid``'s parent; None where that is not known."""
+    try:
+        return int(stat_fields(pid)[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _table() -> dict[int, tuple[int, int, int]]:
+    """Every process there is: pid → (parent, group, start tick). Empty without /proc."""
+    table: dict[int, tuple[int, int, int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    fields = stat_fields(int(entry.name))
+                    table[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[_STARTED]))
+    return table
+
+
+def started_by(pid: int | None, server: int | None, since: int, known: Set[int]) -> set[int]:
+    """``pid`` (None: one already gone), the processes in the group it leads, the
+    children of ``server`` (the subreaper it was forked from; None: it was not) that
+    started at tick ``since`` or later and are not in ``known`` (the processes the
+    judge started), and every descendant of those. A pid may be stale by the time it
+    is signalled: a caller signals what it finds, then looks again until nothing new
+    is found."""
+    table = _table()
+    roots = set()
+    if pid is not None:
+        roots = {pid} | {p for p, (_, group, _) in table.items() if group == pid}
+    if server is not None:
+        roots |= {
+            p
+            for p, (parent, _, tick) in table.items()
+            if parent == server and tick >= since and p not in known
+        }
+    children: dict[int, list[int]] = {}
+    for p, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(p)
+    found: set[int] = set()
+    stack = list(roots)
+    while stack:
+        p = stack.pop()
+        if p not in found:
+            found.add(p)
+            stack.extend(children.get(p, ()))
+    return found
+
+
+def become_subreaper() -> bool:
+    """Make this process the one its descendants' orphans are handed to (Linux);
+    whether that took."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _imported_by_the_fork_server() -> bool:
+    """Whether multiprocessing's fork server is importing this module (as a preload,
+    :data:`matprobe.run.processes.PRELOAD`), not the judge or a child."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if (
+            frame.f_code.co_name == "main"
+            and frame.f_globals.get("__name__") == "multiprocessing.forkserver"
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
+if _imported_by_the_fork_server() and become_subreaper():
+    # The server reaps every child, its adopted orphans too, and warns of each of
+    # those it did not fork: a plugin's helper ending is no news for the user.
+    warnings.filterwarnings("ignore", message="forkserver: waitpid returned unexpected pid")
