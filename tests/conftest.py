@@ -24,12 +24,16 @@ from typing import Any, TypeVar
 import pytest
 
 from matprobe.measure.device import DeviceInfo, cuda_available
+from matprobe.measure.timing import TimingPolicy
 
 if "TRITON_INTERPRET" not in os.environ and not cuda_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
 #: The CPU as the harness's tests name it (the device most of them measure on).
 CPU = DeviceInfo(kind="cpu", name="test-cpu")
+#: A timing policy for tests that measure pairs: few samples, a small budget (the
+#: figures are not what they check).
+FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.01, host_samples=3)
 
 
 @pytest.fixture(autouse=True)

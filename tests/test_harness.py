@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 import fake_variants  # noqa: E402
-from conftest import CPU  # noqa: E402
+from conftest import CPU, FAST  # noqa: E402
 from matprobe.measure import fingerprint  # noqa: E402
 from matprobe.measure.inputs import fresh_copy, make_inputs, shapes  # noqa: E402
 from matprobe.measure.pair import PairContext, classify, measure_pair_safely  # noqa: E402
@@ -45,7 +45,6 @@ from matprobe.run.worker import run_tasks  # noqa: E402
 from matprobe.spec import BackendTiming, MatmulSpec, Provenance  # noqa: E402
 from matprobe.stats import Stats  # noqa: E402
 
-FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.01, host_samples=3)
 FACTORY = "fake_variants:registry"
 REGISTRY = fake_variants.registry()
 

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 import fake_variants  # noqa: E402
-from conftest import CPU  # noqa: E402
+from conftest import CPU, FAST  # noqa: E402
 from matprobe.measure import seeds  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
 from matprobe.measure.inputs import MatmulInputs  # noqa: E402
@@ -29,7 +29,6 @@ from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.measure.variants import Variant, variant_family  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
-FAST = TimingPolicy(min_samples=3, max_samples=6, budget_s=0.02, host_samples=3)
 REGISTRY = fake_variants.registry()
 
 SPECS = [

@@ -19,6 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
+from conftest import FAST  # noqa: E402
 from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
 from matprobe.measure import pair as measure_mod  # noqa: E402
 from matprobe.measure.device import MPS_CACHE_BYTES, DeviceInfo  # noqa: E402
@@ -26,12 +27,10 @@ from matprobe.measure.inputs import MatmulInputs, float64_device  # noqa: E402
 from matprobe.measure.pair import PairContext, measure_pair_safely  # noqa: E402
 from matprobe.measure.results import Status  # noqa: E402
 from matprobe.measure.sampling import MpsRecorder, recorder_for  # noqa: E402
-from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.measure.variants import KernelFn, Variant, variant_family  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
 MPS = DeviceInfo(kind="mps", name="Apple M9 (MPS)", l2_bytes=MPS_CACHE_BYTES)
-FAST = TimingPolicy(min_samples=3, max_samples=6, budget_s=0.02, host_samples=3)
 AWKWARD = "op=matmul | batch=1 | m=1 | n=53 | k=40 | tA=0 | tB=1"
 
 

@@ -15,13 +15,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 import fake_variants  # noqa: E402
-from conftest import CPU  # noqa: E402
+from conftest import CPU, FAST  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
 from matprobe.measure.pair import PairContext, measure_pair_safely  # noqa: E402
 from matprobe.measure.results import ErrorKind, Status  # noqa: E402
-from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.measure.variants import Variant  # noqa: E402
 from matprobe.run import runner as runner_mod  # noqa: E402
 from matprobe.run import worker as worker_mod  # noqa: E402
@@ -31,7 +30,6 @@ from matprobe.run.store import ResultStore  # noqa: E402
 from matprobe.run.task import Task  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
-FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.01, host_samples=3)
 REGISTRY = fake_variants.registry()
 #: CPU "cards": one fingerprint (the plan's keys), different indices, as a host's GPUs.
 SLOTS = [DeviceSlot(f"cpu-slot:{i}", replace(CPU, index=i)) for i in range(3)]

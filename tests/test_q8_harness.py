@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
-from conftest import CPU  # noqa: E402
+from conftest import CPU, FAST  # noqa: E402
 from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
 from matprobe.measure.checks import check_chain  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
@@ -24,7 +24,6 @@ from matprobe.measure.references import Operands64, reference  # noqa: E402
 from matprobe.measure.results import Status  # noqa: E402
 from matprobe.measure.sampling import recorder_for  # noqa: E402
 from matprobe.measure.seeds import restart  # noqa: E402
-from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.measure.validate import UNIT_ROUNDOFF, compare, spec_tolerance  # noqa: E402
 from matprobe.measure.variants import (  # noqa: E402
     KernelFn,
@@ -35,7 +34,6 @@ from matprobe.measure.variants import (  # noqa: E402
 from matprobe.quant import dequantize_q8_0, quantize_q8_0  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
-FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.02, host_samples=3)
 #: the quantized profile's shapes at reduced n (the CPU's fp16 matmul is slow), and awkward ones
 SHAPES = [
     "op=matmul | batch=1 | m=1 | n=96 | k=4864 | tA=0 | tB=1",

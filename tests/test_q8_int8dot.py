@@ -20,7 +20,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
-from conftest import CPU  # noqa: E402
+from conftest import CPU, FAST  # noqa: E402
 from matprobe.errors import MatprobeError  # noqa: E402
 from matprobe.kernels.triton.gemv_q8_int8dot import (  # noqa: E402
     ACTIVATION_QUANT,
@@ -32,7 +32,6 @@ from matprobe.measure.outputs import empty_output  # noqa: E402
 from matprobe.measure.pair import PairContext, measure_pair_safely  # noqa: E402
 from matprobe.measure.references import declared_x, reference_scale  # noqa: E402
 from matprobe.measure.results import Status  # noqa: E402
-from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.measure.validate import (  # noqa: E402
     ACTIVATION_QUANTS,
     compare,
@@ -44,7 +43,6 @@ from matprobe.measure.variants import KernelFn, Variant, variant_family  # noqa:
 from matprobe.quant import dequantize_q8_0, quantize_q8_0  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
-FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.02, host_samples=3)
 INT8 = "int8_block32"
 #: awkward shapes in the interpreter: ragged n, K tiles ragged against bk=512, an epilogue
 SHAPES = [

@@ -20,10 +20,10 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 import ray_variants  # noqa: E402
+from conftest import FAST  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
 from matprobe.measure.results import Status  # noqa: E402
-from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.measure.variants import Variant  # noqa: E402
 from matprobe.report.build import build_report  # noqa: E402
 from matprobe.run.ray_pool import RayCluster, connect  # noqa: E402
@@ -32,7 +32,6 @@ from matprobe.run.store import ResultStore  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
 FACTORY = "ray_variants:registry"
-FAST = TimingPolicy(min_samples=3, max_samples=5, budget_s=0.01, host_samples=3)
 REGISTRY = ray_variants.registry()
 TESTS = Path(__file__).resolve().parent
 

@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import fake_variants  # noqa: E402
-from conftest import CPU  # noqa: E402
+from conftest import CPU, FAST  # noqa: E402
 from matprobe.cli import main  # noqa: E402
 from matprobe.errors import MatprobeError, SpecError  # noqa: E402
 from matprobe.kernels.peers.torch_ref import torch_matmul  # noqa: E402
@@ -34,12 +34,10 @@ from matprobe.measure.inputs import MatmulInputs, make_inputs  # noqa: E402
 from matprobe.measure.pair import PairContext, measure_pair_safely, validate_pair  # noqa: E402
 from matprobe.measure.references import Operands64  # noqa: E402
 from matprobe.measure.results import Status  # noqa: E402
-from matprobe.measure.timing import TimingPolicy  # noqa: E402
 from matprobe.measure.variants import Variant, variant_family  # noqa: E402
 from matprobe.profile.models import decode_specs, get_model  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 
-FAST = TimingPolicy(min_samples=3, max_samples=6, budget_s=0.02, host_samples=3)
 KEY = "op=matmul | batch=1 | m=1 | n=53 | k=96 | tA=0 | tB=1 | rmsnorm=1e-06"
 
 

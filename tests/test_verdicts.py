@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 import fake_variants  # noqa: E402
-from conftest import CPU  # noqa: E402
+from conftest import CPU, FAST  # noqa: E402
 from matprobe.measure.device import DeviceInfo  # noqa: E402
 from matprobe.measure.outputs import GuardedOutputs  # noqa: E402
 from matprobe.measure.pair import (  # noqa: E402
@@ -34,7 +34,6 @@ from matprobe.measure.variants import Variant  # noqa: E402
 from matprobe.spec import MatmulSpec  # noqa: E402
 from matprobe.stats import median_ci  # noqa: E402
 
-FAST = TimingPolicy(min_samples=3, max_samples=6, budget_s=0.02, host_samples=3)
 REGISTRY = fake_variants.registry()
 
 #: The Qwen2.5-0.5B decode GEMVs (DESIGN.md §2) and an awkward one.
