@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,6 +90,28 @@ def test_an_honest_plugin_stands_judged_apart(
     assert rows["evil.exact/default"].status is Status.PASS
     assert rows["evil.zeros/default"].status is Status.FAIL
     assert "1 passing plugin row(s)" in err and "1 stand, 0 made ERROR" in err
+
+
+def test_the_baselines_rounds_write_no_memory_the_plugins_process_maps(
+    here: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Until the twenty-fourth session the baseline was recorded over the plugin's
+    block: work the plugin had queued could watch the judge write the baseline's
+    problems (its ``x``, its NaN-filled outputs) and start beside its round."""
+    blocks: dict[str, list[str]] = {"plugin": [], "baseline": []}
+    record = witness._record
+
+    def spy(process: WitnessProcess, variant: Any, *recorded: Any) -> None:
+        who = "plugin" if variant.family.is_plugin else "baseline"
+        blocks[who].append(recorded[2]["name"])  # the CPU block's shared-memory name
+        record(process, variant, *recorded)
+
+    monkeypatch.setattr(witness, "_record", spy)
+    rows = run_plugins(here, [write(here, "own_block", "")], ONE_SPEC, "evil.exact", "torch.*")
+    capsys.readouterr()
+    assert rows["evil.exact/default"].status is Status.PASS
+    assert blocks["plugin"] and blocks["baseline"]
+    assert not set(blocks["plugin"]) & set(blocks["baseline"])
 
 
 def test_a_shared_block_is_the_same_memory_on_both_sides() -> None:

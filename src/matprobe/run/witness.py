@@ -26,11 +26,13 @@ process sees. So after the run, for every plugin row that passed, this process
   against float64 answers from its own copy of the inputs (the shared ones
   compared with its copy: written, they fail the row), within the bounds of
   validation and with the family's declared activation rounding;
-- it has the run's baseline recorded over the same block in one more process,
-  which imports no plugin, and times its rounds turn about with the kernel's
+- it has the run's baseline recorded over the same problems, in a block of
+  their own the plugin's process never maps, in one more process, which imports
+  no plugin, and times its rounds turn about with the kernel's
   (:data:`~matprobe.run.witness_rounds.ROUNDS` each, new problems every round,
-  the plugin's process and those it started stopped while the baseline runs):
-  the ratio the row claims is held to the one this clock saw.
+  the plugin's process and those it started stopped while the baseline runs, the
+  card quiet before and after): the ratio the row claims is held to the one this
+  clock saw.
 
 A row whose outputs fail, whose claimed time a call (the device clock's median,
 and the ratio times the baseline) is below the witnessed lower bound by more
@@ -170,11 +172,9 @@ def witness_pair(
         for name, t in named_tensors(one).items()
     ]
     wanted += [("x", (calls, *first.a.shape), act), ("out", (calls, *shapes(spec)["out"]), act)]
-    arena = Arena(wanted, place)
-    shared: dict[str, Any] = {}
+    arena, base_arena = Arena(wanted, place), None
     try:
-        shared = {name: arena.tensors[name] for name, _, _ in wanted[:-2]}
-        copy_all(list(shared.values()), _private(sets))
+        copy_all([arena.tensors[name] for name, _, _ in wanted[:-2]], _private(sets))
         rounds = JudgedRounds(spec, variant, device, sets, arena)
         recorded = (spec.to_dict(), device.to_dict(), arena.handle(), count, calls)
         _record(process, variant, *recorded)
@@ -190,13 +190,18 @@ def witness_pair(
             return Witnessed(calls, seen.seconds, None, problem)
         base_process = None
         if chosen is not None and baseline is not None:
+            # A block of its own, the same problems: no memory the judge writes for
+            # the baseline's rounds is memory the plugin's process could watch.
+            base_arena = Arena(wanted, place)
+            copy_all([base_arena.tensors[name] for name, _, _ in wanted[:-2]], _private(sets))
             base_process = baseline.started()
-            _record(base_process, chosen, *recorded)
-        held = rounds.hold(process, base_process, seen, claim)
+            _record(base_process, chosen, *recorded[:2], base_arena.handle(), *recorded[3:])
+        held = rounds.hold(process, base_process, seen, claim, base_arena)
         return Witnessed(calls, seen.seconds, held.lower_us, held.problem, held.baseline_us)
     finally:
-        del shared
-        arena.close()
+        for block in (arena, base_arena):
+            if block is not None:
+                block.close()
         if device.kind == "cuda":
             torch.cuda.empty_cache()
 

@@ -2,7 +2,8 @@
 fresh problems for every round, its own clock, every output of the plugin's
 kernel judged from its own copy of the inputs, and the claims held to what its
 clock saw — the time a call took, and that time against the baseline's,
-recorded over the same block in a process that never imported a plugin."""
+recorded over the same problems (in a block of their own) in a process that
+never imported a plugin."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from matprobe.spec import MatmulSpec
 #: alarms at thresholds of 50 % and 80 %.
 CLOCK_TOLERANCE = {"cuda": 0.15}
 #: By how much a row's claimed ratio to the baseline may fall below the ratio the
-#: witness's clock saw: the baseline recorded over the same block in a process
+#: witness's clock saw: the baseline recorded over the same problems in a process
 #: that never imported a plugin, its rounds turn about with the kernel's, the
 #: plugin's process stopped meanwhile. On the CPU this is the only clock held, and
 #: loosely: on this repo's 2-core machine an honest plugin's claimed ratio was
@@ -78,7 +79,7 @@ class Claim:
 @dataclass(frozen=True)
 class Seen:
     """What the rounds saw: seconds of the first round, the lower bound of a call
-    (µs), the baseline's lower bound of a call on the same block (µs), why the row
+    (µs), the baseline's lower bound of a call on the same problems (µs), why the row
     cannot stand (None: it stands); the bounds None where no claim was held."""
 
     seconds: float
@@ -169,13 +170,17 @@ class JudgedRounds:
         self._copies: float | None = None
         self._canary_tensor: Any = None
 
-    def round(self, process: WitnessProcess, *, judge: bool = True) -> _Round:
+    def round(
+        self, process: WitnessProcess, *, judge: bool = True, arena: Arena | None = None
+    ) -> _Round:
         """One replay of ``process``'s recording on a fresh ``x``, timed from ``go``
         until no output is left unwritten; its outputs judged (``judge``), or
-        only required written (the baseline's)."""
+        only required written (the baseline's, recorded over ``arena``: a block of
+        its own)."""
         import torch
 
-        x_ring, out_ring = self.arena.tensors["x"], self.arena.tensors["out"]
+        block = arena or self.arena
+        x_ring, out_ring = block.tensors["x"], block.tensors["out"]
         calls = x_ring.shape[0]
         generator = torch.Generator(device=x_ring.device).manual_seed(new_run_seed())
         x = torch.rand(x_ring.shape, generator=generator, device=x_ring.device)
@@ -205,10 +210,12 @@ class JudgedRounds:
         baseline: WitnessProcess | None,
         seen: _Round,
         claim: Claim,
+        base_arena: Arena | None = None,
     ) -> Seen:
         """``claim`` held to the lower bound of a call the rounds give, and to the
         ratio of that bound to the baseline's (``baseline``: its process, recorded on
-        the same block; None: no ratio held): :data:`ROUNDS` rounds of each, turn
+        ``base_arena``, the same problems in a block of its own; None: no ratio
+        held): :data:`ROUNDS` rounds of each, turn
         about, new problems every round, every output of the kernel's judged; the
         fastest of each counts (a first round pays for what a process does once,
         and the host may have been busy for one)."""
@@ -216,7 +223,7 @@ class JudgedRounds:
         base_lowers: list[float] = []
         for turn in range(ROUNDS):
             if baseline is not None:
-                base_lowers.append(self._baseline_lower(process, baseline))
+                base_lowers.append(self._baseline_lower(process, baseline, base_arena))
             if turn + 1 < ROUNDS:
                 again = self.round(process)
                 if again.problem is not None:
@@ -226,14 +233,16 @@ class JudgedRounds:
         base_lower = min(base_lowers) if base_lowers else None
         return Seen(seen.seconds, min(lowers), base_lower, problem)
 
-    def _baseline_lower(self, process: WitnessProcess, baseline: WitnessProcess) -> float:
+    def _baseline_lower(
+        self, process: WitnessProcess, baseline: WitnessProcess, arena: Arena | None
+    ) -> float:
         """The baseline's lower bound of a call, one round, ``process`` (the plugin's)
         stopped meanwhile with the processes it started: nothing they run on the
         host's cores slows the baseline — nor on a card: the round counts only when
         the card was quiet before it and after it (what a stopped process queued
         there runs on, sharing the card by time slices)."""
         with process.stopped():
-            base = self._quiet_round(baseline)
+            base = self._quiet_round(baseline, arena)
         if base is None:
             raise WitnessError(
                 "the card was busy with work not the baseline's while its rounds were "
@@ -244,13 +253,13 @@ class JudgedRounds:
             raise WitnessError(f"the baseline's process: {base.problem}")
         return base.lower_us(baseline.latency_s, self._copies_s(base.x))
 
-    def _quiet_round(self, baseline: WitnessProcess) -> _Round | None:
+    def _quiet_round(self, baseline: WitnessProcess, arena: Arena | None) -> _Round | None:
         """One round of the baseline's on a card quiet before it and after it; None
         when the card stayed busy (:data:`QUIET_TRIES` rounds)."""
         for _ in range(QUIET_TRIES):
             if not self._quiet(QUIET_WAIT_S):
                 return None
-            base = self.round(baseline, judge=False)
+            base = self.round(baseline, judge=False, arena=arena)
             if self._quiet(0.0):
                 return base
         return None
