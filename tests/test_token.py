@@ -12,6 +12,7 @@ import io
 import json
 import math
 import sys
+import time
 import types
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -592,8 +593,24 @@ def test_rounds_are_interleaved_and_rotated() -> None:
     assert all(len(s) == 4 for s in samples.values())
 
 
+def slowed(linear: Linear, seconds: float = 2e-4) -> Linear:
+    """``linear``, then a wait: a matmul share far above a loaded host's noise (the
+    small model's own products are not: under two test processes on two cores the
+    eager share once came out as noise, and so without a ratio)."""
+
+    def run(spec: MatmulSpec, x: Any, w: Any, bias: Any) -> Any:
+        y = linear(spec, x, w, bias)
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+        return y
+
+    return run
+
+
 def test_matmul_share_is_the_paired_difference_to_the_twin() -> None:
-    result = run_modes(bench(table=round_once_linear), "eager-none", "eager+table", rounds=5)
+    b = bench(table=slowed(round_once_linear), torch=slowed(torch_linear))
+    result = run_modes(b, "eager-none", "eager+table", rounds=5)
     eager, none = result.baseline, result.get("eager-none")
     assert none is not None and none.status == "UNCHECKED" and none.timed
     assert eager.share_samples_us == [
