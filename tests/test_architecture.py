@@ -10,11 +10,13 @@
   profiles) imports only the shared core; the measurement core (``measure/``)
   nothing of the stages around it; ``report/`` reads results and never reaches
   into the measurement core beyond what a result, a device, a timing policy and
-  a variant are, nor into the run side beyond the plan, the store and calls per
-  token; of ``run/``, only the session (a run from specs to its report) imports
-  ``report/``; and only the entry points (``python -m matprobe``) import ``cli/``;
+  a variant are, nor into the run side beyond the plan and the store (calls per
+  token are the profile side's); of ``run/``, only the session (a run from specs
+  to its report) imports ``report/``; and only the entry points (``python -m
+  matprobe``) import ``cli/``;
 * rooms stay small enough to read: no module over 500 lines, no function over
-  80 outside Triton kernels and a command's argument table.
+  80 outside Triton kernels and a command's argument table, no folder over a
+  fifth of the source.
 """
 
 from __future__ import annotations
@@ -209,8 +211,8 @@ def test_the_measurement_core_imports_none_of_the_stages_around_it() -> None:
 
 #: What ``report/`` may know of the measurement core: what a result, a device, a
 #: timing policy and a variant are — never how a pair is built, judged or timed;
-#: and of the run side: the plan and its outcome, the store, calls per token —
-#: never a worker, an executor or the session.
+#: of the run side: the plan and its outcome, the store — never a worker, an
+#: executor or the session; of the profile side: calls per token.
 REPORT_SEES = {
     "matprobe.measure.results",
     "matprobe.measure.device",
@@ -218,7 +220,7 @@ REPORT_SEES = {
     "matprobe.measure.variants",
     "matprobe.run.runner",
     "matprobe.run.store",
-    "matprobe.run.per_token",
+    "matprobe.profile.per_token",
 }
 
 
@@ -303,6 +305,21 @@ def test_no_module_or_function_outgrows_a_reading() -> None:
             too_long.append(f"{name}: {lines} lines")
         too_long += [f"{name}:{fn}: {n} lines" for fn, n in _long_functions(ast.parse(text))]
     assert too_long == []
+
+
+#: The largest share of the source one folder of the package may hold (issue 22:
+#: ``harness/`` once held 39 %, and no newcomer could see the stages in it).
+MAX_FOLDER_SHARE = 0.20
+
+
+def test_no_folder_holds_more_than_a_fifth_of_the_source() -> None:
+    lines: dict[str, int] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).parts
+        room = parts[0] if len(parts) > 1 else path.name
+        lines[room] = lines.get(room, 0) + len(path.read_text(encoding="utf-8").splitlines())
+    total = sum(lines.values())
+    assert {room: n for room, n in lines.items() if n > MAX_FOLDER_SHARE * total} == {}
 
 
 def test_the_length_rule_sees_a_long_function() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from matprobe.cli.run import _infer_tokens
+from matprobe.profile.per_token import context_dim, find_sites, per_token_weights
 from matprobe.profile.profiles import load_specs
-from matprobe.run.per_token import context_dim, find_sites, per_token_weights
 from matprobe.spec import MatmulSpec, Provenance
 
 

@@ -6,6 +6,7 @@
 * :mod:`~matprobe.profile.analysis` — the analyzer's sections (``matprobe analyze``);
 * :mod:`~matprobe.profile.profiles` — a profile's matmul specs, the built-in profile;
 * :mod:`~matprobe.profile.models` — a model config's decode-step specs;
+* :mod:`~matprobe.profile.per_token` — calls per decode token from a profile's structure;
 * :mod:`~matprobe.profile.capture` — a live model's decode step recorded as a profile;
 * :mod:`~matprobe.profile.synth` — synthetic profiles with their ground truth.
 

@@ -8,7 +8,7 @@ and every time comes with its spread and sample count.
 rebuilt through too). Rows are tagged where their figures need a word: the
 baseline, a peer, a noisy clock, clocks that disagree, a ratio to a baseline
 timed apart, a host round trip far above the device time. Calls per token come
-from the profile's structure (:mod:`matprobe.run.per_token`).
+from the profile's structure (:mod:`matprobe.profile.per_token`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from matprobe.measure.device import DeviceInfo
 from matprobe.measure.results import PairResult, Status
 from matprobe.measure.timing import TimingPolicy, throttling
 from matprobe.measure.variants import Variant
+from matprobe.profile.per_token import per_token_weights
 from matprobe.report.cells import short_label
 from matprobe.report.model import CLOCKS_DISAGREE_TAG, Report, Row, SpecSection, pair_base_tag
-from matprobe.run.per_token import per_token_weights
 from matprobe.run.runner import PairState, Plan, RunOutcome
 from matprobe.spec import MatmulSpec
 
@@ -71,7 +71,7 @@ def build_report(
 
     ``peers`` are the family names of peers' code (``VariantFamily.peer``): their
     rows are tagged and compared, never crowned. Calls per token come from the
-    specs' own structure and ``tokens`` (see :mod:`matprobe.run.per_token`).
+    specs' own structure and ``tokens`` (see :mod:`matprobe.profile.per_token`).
     """
     specs: dict[str, MatmulSpec] = {}
     unsupported: dict[str, list[tuple[str, str]]] = {}

@@ -12,8 +12,7 @@
 * :mod:`~matprobe.run.pool`, :mod:`~matprobe.run.ray_pool` — every GPU of a host,
   the cards of a Ray cluster;
 * :mod:`~matprobe.run.store` — the SQLite result store; :mod:`~matprobe.run.merge`
-  merges stores written elsewhere;
-* :mod:`~matprobe.run.per_token` — calls per decode token from a profile's structure.
+  merges stores written elsewhere.
 
 How one pair is measured is the measurement core's (:mod:`matprobe.measure`);
 what a run found is said by :mod:`matprobe.report`.
