@@ -29,9 +29,13 @@ def test_numpy_and_torch_draw_the_same_bits(start: int, seed: int, stream: int) 
 
 def test_a_draw_does_not_depend_on_how_it_is_chunked(monkeypatch: pytest.MonkeyPatch) -> None:
     whole = draws.uniform((37, 61), 5, 2)
+    key = draws.stream_key(5, 2)
+    across = draws.uniform_torch(1000, key, 2**32 - 500).numpy()  # the high word changes
     monkeypatch.setattr(draws, "CHUNK", 100)
+    monkeypatch.setattr(draws, "CPU_CHUNK", 77)
     assert torch.equal(draws.uniform((37, 61), 5, 2), whole)
     assert torch.equal(draws.uniform((37 * 61,), 5, 2), whole.reshape(-1))
+    assert np.array_equal(draws.uniform_numpy(1000, key, 2**32 - 500), across)
 
 
 def test_draws_are_uniform_in_the_open_interval_and_never_zero() -> None:

@@ -31,6 +31,10 @@ _MUL1, _MUL2 = 0x7FEB352D, 0x846CA68B
 #: Elements hashed at a time: bounds the temporaries (a few of this many int64 on
 #: a GPU) whatever the tensor's size.
 CHUNK = 1 << 22
+#: Elements hashed at a time on the CPU: the hash makes ~20 passes over a chunk,
+#: each cheap while the chunk stays in a core's cache. The LM head's 136 M draws
+#: took 4.6–5.7 s in chunks of 4 M and 0.8–1.7 s in chunks of 64 K (2-core VM).
+CPU_CHUNK = 1 << 16
 
 
 def hash32(x: int) -> int:
@@ -69,33 +73,49 @@ def uniform(shape: tuple[int, ...], seed: int, stream: int, device: Any = "cpu")
 
 def uniform_numpy(numel: int, key: int, start: int = 0) -> Any:
     """Elements ``start … start + numel`` of the stream with ``key`` (numpy float32):
-    uint32 arithmetic wraps as the hash wants, one chunk at a time."""
+    uint32 arithmetic wraps as the hash wants, :data:`CPU_CHUNK` elements at a time,
+    in place."""
     import numpy as np
 
+    u32, u64 = np.uint32, np.uint64
     out = np.empty(numel, dtype=np.float32)
-    u32 = np.uint32
-    for lo in range(0, numel, CHUNK):
-        hi = min(numel, lo + CHUNK)
-        index = np.arange(start + lo, start + hi, dtype=np.uint64)
-        x = (index & np.uint64(_MASK32)).astype(u32) ^ u32(key)
-        x = _hash_numpy(x) ^ (index >> np.uint64(32)).astype(u32)
-        bits = _hash_numpy(x) >> u32(9)
-        out[lo:hi] = (bits.astype(np.float32) * np.float32(2) + np.float32(1)) * np.float32(
-            2.0**-23
-        ) - np.float32(1)
+    offsets = np.arange(CPU_CHUNK, dtype=u64)
+    index = np.empty(CPU_CHUNK, dtype=u64)
+    x, scratch = np.empty(CPU_CHUNK, dtype=u32), np.empty(CPU_CHUNK, dtype=u32)
+    for lo in range(0, numel, CPU_CHUNK):
+        m = min(numel - lo, CPU_CHUNK)
+        i, h, t = index[:m], x[:m], scratch[:m]
+        np.add(offsets[:m], u64(start + lo), out=i)
+        np.bitwise_and(i, u64(_MASK32), out=h, casting="unsafe")  # the low word
+        np.bitwise_xor(h, u32(key), out=h)
+        _hash_numpy(h, t)
+        np.right_shift(i, u64(32), out=t, casting="unsafe")  # the high word
+        np.bitwise_xor(h, t, out=h)
+        np.right_shift(_hash_numpy(h, t), u32(9), out=h)
+        o = out[lo : lo + m]
+        o[...] = h  # < 2²³: exact in float32, as is every step after it
+        o *= np.float32(2)
+        o += np.float32(1)
+        o *= np.float32(2.0**-23)
+        o -= np.float32(1)
     return out
 
 
-def _hash_numpy(x: Any) -> Any:
+def _hash_numpy(x: Any, scratch: Any = None) -> Any:
+    """``lowbias32`` of every element of the uint32 array ``x``, in place (``scratch``:
+    an array of its shape to use); ``x``."""
     import numpy as np
 
     u32 = np.uint32
+    t = np.empty_like(x) if scratch is None else scratch
     with np.errstate(over="ignore"):
-        x = x ^ (x >> u32(16))
-        x = x * u32(_MUL1)
-        x = x ^ (x >> u32(15))
-        x = x * u32(_MUL2)
-        return x ^ (x >> u32(16))
+        for shift, multiplier in ((16, _MUL1), (15, _MUL2)):
+            np.right_shift(x, u32(shift), out=t)
+            np.bitwise_xor(x, t, out=x)
+            np.multiply(x, u32(multiplier), out=x)
+        np.right_shift(x, u32(16), out=t)
+        np.bitwise_xor(x, t, out=x)
+    return x
 
 
 def uniform_torch(numel: int, key: int, start: int = 0, device: Any = "cpu") -> torch.Tensor:
