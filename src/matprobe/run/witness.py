@@ -172,12 +172,20 @@ def witness_pair(
         for name, t in named_tensors(one).items()
     ]
     wanted += [("x", (calls, *first.a.shape), act), ("out", (calls, *shapes(spec)["out"]), act)]
-    arena, base_arena = Arena(wanted, place), None
+
+    def holding_the_sets() -> Arena:
+        """A block of ``wanted``, the input sets copied in (``x`` and ``out`` not)."""
+        block = Arena(wanted, place)
+        copy_all([block.tensors[name] for name, _, _ in wanted[:-2]], _private(sets))
+        return block
+
+    def recorded(block: Arena) -> tuple[Any, ...]:
+        return (spec.to_dict(), device.to_dict(), block.handle(), count, calls)
+
+    arena, base_arena = holding_the_sets(), None
     try:
-        copy_all([arena.tensors[name] for name, _, _ in wanted[:-2]], _private(sets))
         rounds = JudgedRounds(spec, variant, device, sets, arena)
-        recorded = (spec.to_dict(), device.to_dict(), arena.handle(), count, calls)
-        _record(process, variant, *recorded)
+        _record(process, variant, *recorded(arena))
         seen = rounds.round(process)
         if seen.problem is not None or claim.us is None:
             return Witnessed(calls, seen.seconds, None, seen.problem)
@@ -192,10 +200,9 @@ def witness_pair(
         if chosen is not None and baseline is not None:
             # A block of its own, the same problems: no memory the judge writes for
             # the baseline's rounds is memory the plugin's process could watch.
-            base_arena = Arena(wanted, place)
-            copy_all([base_arena.tensors[name] for name, _, _ in wanted[:-2]], _private(sets))
+            base_arena = holding_the_sets()
             base_process = baseline.started()
-            _record(base_process, chosen, *recorded[:2], base_arena.handle(), *recorded[3:])
+            _record(base_process, chosen, *recorded(base_arena))
         held = rounds.hold(process, base_process, seen, claim, base_arena)
         return Witnessed(calls, seen.seconds, held.lower_us, held.problem, held.baseline_us)
     finally:
