@@ -443,13 +443,15 @@ def test_token_refuses_a_table_whose_winners_the_store_never_judged(
     assert "1 winner(s) without a verdict" in err and "the store holds no result of it" in err
 
 
-def test_a_tables_plugin_that_tampers_leaves_the_token_without_a_verdict(
+def test_a_tables_plugin_that_steers_the_baseline_steers_only_its_own_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    """``token --table`` imports the table's plugins and runs their kernels in the
-    process that judges the token: the tamper snapshot taken before the import is
-    compared after the token, and a change (here a cuBLAS variable set at import)
-    makes the command fail, its figures no verdict. (On e3d7673 it exited 0.)"""
+    """``token --table`` never imports the table's plugins: they run in a process of
+    their own (``tests/test_token_apart.py``). One that sets a cuBLAS variable at
+    import sets it there, not here, and the token's figures stand. (Until the
+    twenty-fifth session it was imported here, and only the tamper snapshot —
+    which a plugin can replace — said so.)"""
+    import os
     import sys
     import textwrap
 
@@ -457,10 +459,7 @@ def test_a_tables_plugin_that_tampers_leaves_the_token_without_a_verdict(
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    # Recorded, so that what the plugin sets is put back as it was (a delenv of an
-    # unset name records nothing, and the variable leaked into later tests).
-    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "")
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     cheat = 'import os\nos.environ["CUBLAS_WORKSPACE_CONFIG"] = ":0:0"\n'
     plugin = textwrap.dedent(PLUGIN).replace("{prefix}", "tok") + cheat
     (tmp_path / "steering_plugin.py").write_text(plugin, encoding="utf-8")
@@ -470,13 +469,11 @@ def test_a_tables_plugin_that_tampers_leaves_the_token_without_a_verdict(
     here = detect("cpu")
     table_for([base], device=here, plugins=("steering_plugin",)).write(tmp_path / "t.json")
     argv = ["token", "--small", "--device", "cpu", "--modes", "eager+table", "--table", "t.json"]
-    try:
-        code = main([*argv, "--db", str(tmp_path / "none.sqlite")], out=io.StringIO())
-    finally:
-        sys.modules.pop("steering_plugin", None)
+    code = main([*argv, "--rounds", "3", "--db", str(tmp_path / "none.sqlite")], out=io.StringIO())
     err = capsys.readouterr().err
-    assert code == 1, err
-    assert "$CUBLAS_WORKSPACE_CONFIG set to ':0:0'" in err and "no verdict" in err
+    assert code == 0, err
+    assert "steering_plugin" not in sys.modules and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    assert "eager+table: PASS" in err and "run in a process of their own" in err
 
 
 # ---- the layer's tiles -------------------------------------------------------------

@@ -159,7 +159,7 @@ def _state(pid: int) -> str:
     """A process's state letter (T: stopped, Z: ended, not yet reaped; "" gone)."""
     try:
         return stat_fields(pid)[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone; the second while being reaped
         return ""
 
 

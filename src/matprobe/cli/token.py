@@ -21,7 +21,7 @@ from matprobe.errors import MatprobeError
 from matprobe.safetext import term_safe
 
 if TYPE_CHECKING:
-    from matprobe.measure.tamper import Snapshot
+    from matprobe.dispatch.apart import TableApart
     from matprobe.profile.models import ModelConfig
     from matprobe.token.bench import TokenBench
     from matprobe.token.linear import LinearFn
@@ -58,6 +58,9 @@ class DispatchTable(Protocol):
     def predict_matmul_us(self, calls: Mapping[str, float]) -> tuple[float, float]: ...
 
     def lookup(self, spec: Any) -> Any: ...
+
+    @property
+    def plugins(self) -> tuple[str, ...]: ...
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -167,20 +170,17 @@ def _device(requested: str | None) -> str:
 
 def _load_table(
     path: str, device: str, modes: tuple[str, ...] | None, db: Path | None
-) -> tuple[DispatchTable, dict[str, LinearFn], Snapshot | None]:
+) -> tuple[Any, dict[str, LinearFn]]:
     """The table and its kernels, eager and as custom ops, checked against this
     device (a table from another card or of changed kernels is a usage error) and
     against the verdicts in the store ``db``: a table is a file anyone can write,
     so a winner without a stored PASS, from the code installed now, never runs.
-    When the table names plugins, which this process then imports and runs, the
-    tamper snapshot taken before that (:mod:`matprobe.measure.tamper`): compared
-    after the token, any change leaves its figures without a verdict."""
+    A table that names plugins gets no kernels here: this process never imports
+    a plugin, and its modes run in a process of their own (:func:`_apart`)."""
     from matprobe.dispatch import custom_op_linear, load_table, table_linear, unjudged_entries
     from matprobe.measure.device import detect
-    from matprobe.measure.tamper import Snapshot
     from matprobe.run.store import default_store_path
 
-    info = detect(device)
     table = load_table(path)
     store = db or default_store_path()
     if problems := unjudged_entries(table, store):
@@ -189,26 +189,28 @@ def _load_table(
             f"--table {term_safe(path)}: {len(problems)} winner(s) without a verdict in "
             f"{term_safe(str(store))}: " + "; ".join(term_safe(p) for p in problems[:3]) + more
         )
-    snapshot = Snapshot.take() if table.plugins else None
+    if table.plugins:
+        return table, {}
+    info = detect(device)
     linears: dict[str, LinearFn] = {"table": table_linear(table, info)}
     if modes is None or "compile+table" in modes:
         linears["table-op"] = custom_op_linear(table, info)
-    return table, linears, snapshot
+    return table, linears
 
 
 def _from_table(
     args: argparse.Namespace, config: ModelConfig, device: str, names: tuple[str, ...] | None
-) -> tuple[dict[str, LinearFn], dict[str, float], dict[str, Any], Snapshot | None]:
-    """With ``--table``: its kernels (checked), its predicted matmul shares, the
-    GEMV tiles of the layer sites ``triton.gemv_decode`` won there (said on
-    stderr), and the tamper snapshot taken before its plugins were imported (None:
-    it names none); without: nothing of each."""
+) -> tuple[dict[str, LinearFn], dict[str, float], dict[str, Any], Any]:
+    """With ``--table``: its kernels (checked; none where they run apart), its
+    predicted matmul shares, the GEMV tiles of the layer sites
+    ``triton.gemv_decode`` won there (said on stderr), and the table; without:
+    nothing of each."""
     if not args.table:
         return {}, {}, {}, None
     from matprobe.dispatch.layer_tiles import layer_tiles
 
     db = Path(args.db) if args.db else None
-    table, linears, snapshot = _load_table(args.table, device, names, db)
+    table, linears = _load_table(args.table, device, names, db)
     predicted, why_not = _predict(table, config, args.context, args.dtype)
     if why_not:
         print(f"matprobe: warning: {term_safe(why_not)}", file=sys.stderr)
@@ -222,7 +224,26 @@ def _from_table(
         for role, why in kept.items():
             print(f"matprobe: token: {role}: the token's own tile ({term_safe(why)})",
                   file=sys.stderr)  # fmt: skip
-    return linears, predicted, tiles, snapshot
+    return linears, predicted, tiles, table
+
+
+def _apart(
+    table: Any, args: argparse.Namespace, config: ModelConfig, device: str
+) -> TableApart | None:
+    """The process a table that names plugins runs its modes in (None: a table of
+    matprobe's own families, or none)."""
+    if table is None or not table.plugins:
+        return None
+    from matprobe.dispatch.apart import TableApart
+    from matprobe.measure.device import detect
+
+    print(f"matprobe: token: the table's plugins ({term_safe(', '.join(table.plugins))}) "
+          "run in a process of their own; this one poses, times and judges their modes",
+          file=sys.stderr)  # fmt: skip
+    return TableApart(
+        table, detect(device), config=config, context=args.context, dtype=args.dtype,
+        seed=args.seed,
+    )  # fmt: skip
 
 
 def _predict(
@@ -278,18 +299,21 @@ def _write_profile(
     mode: Mode,
     device: str,
     progress: Callable[[str], None],
+    apart: TableApart | None = None,
 ) -> None:
     """``--profile``: ``--profile-tokens`` tokens of ``mode`` recorded as a JSONL
     profile (each kernel named by the backend that ran it), for ``matprobe
     analyze`` — the way back to the engine's own analysis."""
     from matprobe.token.profile import record_token, save_profile
 
-    recorded = record_token(
-        bench.step,
-        bench.linears[mode.kernels],
-        tokens=args.profile_tokens,
-        device_kind=device,
-    )
+    if apart is not None and mode.kernels in apart.kernels:
+        recorded = apart.profile(mode.name, args.profile_tokens)
+        progress(f"{mode.name}: recorded in the table's process (its durations are its word)")
+    else:
+        recorded = record_token(
+            bench.step, bench.linears[mode.kernels], tokens=args.profile_tokens,
+            device_kind=device,
+        )  # fmt: skip
     written = save_profile(
         args.profile,
         recorded,
@@ -304,13 +328,8 @@ def _write_profile(
 
 
 def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
-    from matprobe.measure.tamper import describe
     from matprobe.profile.models import get_model
-    from matprobe.token.bench import TokenBench
-    from matprobe.token.floor import measure_read_ceiling
     from matprobe.token.modes import MODES, parse_modes, pdl_problem, select_modes, triton_problem
-    from matprobe.token.predict import check_predictions
-    from matprobe.token.report import render_text, to_json
     from matprobe.token.weights import small_config
 
     device = _device(args.device)
@@ -327,7 +346,7 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
     if args.profile and profile_mode.needs_table and not args.table:
         raise MatprobeError(f"--profile-mode {profile_mode.name} needs --table FILE")
 
-    linears, predicted, tiles, snapshot = _from_table(args, config, device, names)
+    linears, predicted, tiles, table = _from_table(args, config, device, names)
     selection = select_modes(
         names,
         device_kind=device,
@@ -337,19 +356,40 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
         pdl_problem=pdl_problem(device),
     )
 
-    def progress(message: str) -> None:
-        print(f"matprobe: token: {term_safe(message)}", file=sys.stderr)
+    apart = _apart(table, args, config, device)
+    try:
+        return _measure(args, out, config, device, selection, linears, tiles, predicted, apart)
+    finally:
+        if apart is not None:
+            apart.close()
+
+
+def _progress(message: str) -> None:
+    print(f"matprobe: token: {term_safe(message)}", file=sys.stderr)
+
+
+def _measure(
+    args: argparse.Namespace,
+    out: TextIO,
+    config: ModelConfig,
+    device: str,
+    selection: Any,
+    linears: dict[str, LinearFn],
+    tiles: dict[str, Any],
+    predicted: dict[str, float],
+    apart: TableApart | None,
+) -> int:
+    """The token measured and reported (``cmd_token`` has checked the arguments)."""
+    from matprobe.token.bench import TokenBench
+    from matprobe.token.floor import measure_read_ceiling
+    from matprobe.token.modes import MODES
+    from matprobe.token.predict import check_predictions
+    from matprobe.token.report import render_text, to_json
 
     bench = TokenBench(
-        config,
-        context=args.context,
-        dtype=args.dtype,
-        device=device,
-        seed=args.seed,
-        linears=linears,
-        progress=progress,
-        tiles=tiles,
-    )
+        config, context=args.context, dtype=args.dtype, device=device, seed=args.seed,
+        linears=linears, progress=_progress, tiles=tiles, apart=apart,
+    )  # fmt: skip
     read_gbps, ceiling = (None, "")
     if device == "cuda":
         read_gbps, ceiling = measure_read_ceiling()
@@ -368,12 +408,11 @@ def cmd_token(args: argparse.Namespace, out: TextIO) -> int:
             _write(Path(args.json), data)
 
     if args.profile:
-        _write_profile(args, bench, profile_mode, device, progress)
+        _write_profile(args, bench, MODES[args.profile_mode], device, _progress, apart)
 
     problems = _problems(token, args.strict)
-    if snapshot is not None and (changed := snapshot.changed()):
-        why = describe(changed)
-        problems.append(f"the table's plugins: {why}; the token's figures are no verdict")
+    if apart is not None and (busy := apart.problem()):
+        problems.append(f"{busy}; the token's figures are no verdict")
     for problem in problems:
         print(f"matprobe: {term_safe(problem)}", file=sys.stderr)
     return EXIT_FAILED if problems else 0

@@ -31,8 +31,22 @@ def input_slot(index: int, name: str) -> str:
     return f"set{index}.{name}"
 
 
-def _send(conn: Connection, *message: Any) -> None:
+def send(conn: Connection, *message: Any) -> None:
+    """``message`` to the judge, as JSON (the judge unpickles nothing from here)."""
     conn.send_bytes(json.dumps(message).encode())
+
+
+def set_up(kind: str, index: int, cpu_threads: int | None) -> None:
+    """What a process the judge drives does first, before any plugin is imported:
+    it leaves Ctrl-C to the judge, makes a process group of its own (the processes
+    a plugin starts join it, and the judge stops them with it while it times
+    something else) and settles where it measures."""
+    from matprobe.run.worker_process import _set_up_place
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the judge decides
+    if hasattr(os, "setpgid"):
+        os.setpgid(0, 0)
+    _set_up_place(kind, index, cpu_threads)
 
 
 def _witness_main(
@@ -43,20 +57,14 @@ def _witness_main(
     index: int,
     cpu_threads: int | None = None,
 ) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the judge decides
-    if hasattr(os, "setpgid"):
-        # A group of its own, before any plugin is imported: the processes a plugin
-        # starts join it, and the judge stops them with it while the baseline is timed.
-        os.setpgid(0, 0)
     try:
         from matprobe.measure.sampling import recorder_for
         from matprobe.measure.variants import resolve_factory, with_plugins
-        from matprobe.run.worker_process import _set_up_place
 
-        _set_up_place(kind, index, cpu_threads)
+        set_up(kind, index, cpu_threads)
         registry = resolve_factory(factory)
         recorder = recorder_for(kind)
-        _send(conn, "ready")
+        send(conn, "ready")
         # The recording, and the block's mapping, tensors and kernel it uses: kept
         # until the next pair.
         kept: tuple[Any, Any] = (None, None)
@@ -66,24 +74,24 @@ def _witness_main(
                 return
             word = message[0]
             if word == "ping":
-                _send(conn, "pong")
+                send(conn, "pong")
             elif word == "import":
                 registry = with_plugins(registry, plugins)
-                _send(conn, "imported")
+                send(conn, "imported")
             elif word == "pair":
                 kept = (None, None)
                 try:
                     kept = _record(registry, recorder, *message[1:])
                 except Exception:
-                    _send(conn, "error", traceback.format_exc(limit=3))
+                    send(conn, "error", traceback.format_exc(limit=3))
                 else:
-                    _send(conn, "built")
+                    send(conn, "built")
             elif word == "go":
                 recorder.replay(kept[0])
                 recorder.sync()
-                _send(conn, "done")
+                send(conn, "done")
     except Exception:
-        _send(conn, "error", traceback.format_exc(limit=3))
+        send(conn, "error", traceback.format_exc(limit=3))
     finally:
         conn.close()
 

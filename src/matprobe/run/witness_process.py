@@ -1,6 +1,8 @@
 """A fresh process of one plugin's (or of none: the baseline's), driven by the
-judge apart (:mod:`~matprobe.run.witness`) over a pipe that carries JSON one
-way; the process itself runs :mod:`~matprobe.run.witness_child`."""
+judge apart (:mod:`~matprobe.run.witness`, and the token's,
+:mod:`~matprobe.token.apart`) over a pipe that carries JSON one way; the
+process itself runs :mod:`~matprobe.run.witness_child` (or the loop it is
+given)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from matprobe.measure.device import DeviceInfo
@@ -32,7 +34,9 @@ class WitnessError(Exception):
 
 class WitnessProcess:
     """A fresh process that imports ``plugins`` (none: the factory's families only,
-    as the baseline's process), driven by the witness (see the module doc)."""
+    as the baseline's process), driven by the witness (see the module doc).
+    ``main(conn, factory, plugins, kind, index, cpu_threads)`` is its loop: it
+    answers ``ping`` and ``import`` as :mod:`~matprobe.run.witness_child` does."""
 
     def __init__(
         self,
@@ -40,10 +44,11 @@ class WitnessProcess:
         plugins: tuple[str, ...],
         device: DeviceInfo,
         cpu_threads: int | None = None,
+        main: Callable[..., None] = _witness_main,
     ) -> None:
         self._conn, theirs = multiprocessing.Pipe()
         args = (theirs, factory, plugins, device.kind, device.index, cpu_threads)
-        self._process = processes.start(_witness_main, args)
+        self._process = processes.start(main, args)
         theirs.close()
         # Where its helpers' orphans go (see process_tree), and since when.
         pid = self._process.pid or 0
@@ -52,7 +57,9 @@ class WitnessProcess:
         self._server = server if server not in (None, 0, 1, os.getpid()) else None
         try:
             self.expect("ready", START_TIMEOUT_S)
-            self.latency_s = max(self._ping() for _ in range(PINGS))
+            #: what a message there and back costs: each ping before the import
+            self.pings_s = [self._ping() for _ in range(PINGS)]
+            self.latency_s = max(self.pings_s)
             self.send("import")
             self.expect("imported", START_TIMEOUT_S)
         except BaseException:
@@ -64,6 +71,11 @@ class WitnessProcess:
 
     def expect(self, word: str, timeout_s: float) -> None:
         """Wait for ``word``; :class:`WitnessError` for anything else, or nothing."""
+        self.answer(word, 0, timeout_s)
+
+    def answer(self, word: str, fields: int, timeout_s: float) -> list[Any]:
+        """Wait for ``word`` followed by ``fields`` values, and return those;
+        :class:`WitnessError` for anything else, or nothing."""
         try:
             ready = self._conn.poll(timeout_s)
             message = json.loads(self._conn.recv_bytes()) if ready else None
@@ -78,8 +90,9 @@ class WitnessProcess:
         if isinstance(message, list) and message[:1] == ["error"] and len(message) == 2:
             last = str(message[1]).strip().splitlines()[-1:] or ["?"]
             raise WitnessError(f"its process raised {last[0]}")
-        if message != [word]:
+        if not isinstance(message, list) or message[:1] != [word] or len(message) != fields + 1:
             raise WitnessError(f"its process broke the protocol (sent {str(message)[:80]!r})")
+        return message[1:]
 
     def _ping(self) -> float:
         start = time.perf_counter()

@@ -152,6 +152,33 @@ def short_of(
     return None
 
 
+class Canary:
+    """Whether ``device`` is quiet (:func:`quiet`): on a card, a one-element kernel
+    launched and waited for; the CPU always is (the processes stopped are all that
+    could run beside)."""
+
+    def __init__(self, device: DeviceInfo) -> None:
+        self.device = device
+        self._tensor: Any = None
+
+    def quiet(self, wait_s: float) -> bool:
+        if self.device.kind != "cuda":
+            return True
+        import torch
+
+        if self._tensor is None:
+            self._tensor = torch.zeros(1, device=where(self.device))
+        tensor = self._tensor
+
+        def canary() -> float:
+            start = time.perf_counter()
+            tensor.add_(1)
+            _sync(self.device)
+            return (time.perf_counter() - start) * 1e6
+
+        return quiet(canary, wait_s)
+
+
 class JudgedRounds:
     """Rounds of ``go`` on the kernels recorded over ``arena`` (see the module doc)."""
 
@@ -168,7 +195,7 @@ class JudgedRounds:
         self.interpreted = device.kind == "cpu" and variant.family.interpreted_on_cpu
         self.answers = CallAnswers(sets, where(device))
         self._copies: float | None = None
-        self._canary_tensor: Any = None
+        self._canary = Canary(device)
 
     def round(
         self, process: WitnessProcess, *, judge: bool = True, arena: Arena | None = None
@@ -265,23 +292,7 @@ class JudgedRounds:
         return None
 
     def _quiet(self, wait_s: float) -> bool:
-        """Whether the card is quiet (:func:`quiet`; the CPU always is: the processes
-        stopped are all that could run beside)."""
-        if self.device.kind != "cuda":
-            return True
-        import torch
-
-        if self._canary_tensor is None:
-            self._canary_tensor = torch.zeros(1, device=where(self.device))
-        tensor = self._canary_tensor
-
-        def canary() -> float:
-            start = time.perf_counter()
-            tensor.add_(1)
-            _sync(self.device)
-            return (time.perf_counter() - start) * 1e6
-
-        return quiet(canary, wait_s)
+        return self._canary.quiet(wait_s)
 
     def _problem(self, outs: Any, x: Any) -> str | None:
         import torch

@@ -11,17 +11,32 @@ only, and is never timed: a wrong token is never a fast one.
 
 from __future__ import annotations
 
-import itertools
-import types
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import torch
 
 from matprobe.errors import MatprobeError
 from matprobe.profile.models import ModelConfig
+from matprobe.token.apart import Apart, ApartOwner, RemoteCall, aside, warmed
+from matprobe.token.calls import (
+    Compiler,
+    device_description,
+    fused_step_call,
+    inductor,
+    one_line,
+    step_call,
+)
 from matprobe.token.floor import ByteFloor
-from matprobe.token.judge import InputDraws, ReplayJudge, keeping, slot_failure, step_inputs
+from matprobe.token.judge import (
+    InputDraws,
+    JudgedBench,
+    ReplayJudge,
+    cache_failure,
+    keeping,
+    step_inputs,
+    validation_error,
+)
 
 if TYPE_CHECKING:
     from matprobe.kernels.triton.decode import DecodeTile
@@ -29,7 +44,7 @@ if TYPE_CHECKING:
 from matprobe.token.linear import LinearFn, NoMatmul, torch_linear
 from matprobe.token.modes import BASELINE, PEER_DTYPE, Mode, ModeSelection
 from matprobe.token.result import ModeResult, TokenResult
-from matprobe.token.step import AttentionFn, DecodeStep, FusedOps, site_specs
+from matprobe.token.step import DecodeStep, FusedOps, site_specs
 from matprobe.token.timing import (
     WINDOW,
     TokenCall,
@@ -41,85 +56,18 @@ from matprobe.token.timing import (
     prepare,
 )
 from matprobe.token.validate import (
-    LogitError,
     Tolerance,
     baseline_bound,
-    logit_error,
     relative_to_baseline,
-    worst,
 )
 from matprobe.token.weights import embeddings, make_weights, place, position_tables
 
-#: ``compiler(step, mode)``: the step compiled in a torch.compile mode.
-Compiler = Callable[[TokenCall, str], TokenCall]
+__all__ = ["TokenBench", "step_call"]
 
 #: Validation trials: the generated embedding, then fresh ones written in place,
 #: so a kernel that memoises its output (by pointer, or from the first call)
 #: fails on the second.
 DEFAULT_TRIALS = 2
-
-
-def inductor(step: TokenCall, mode: str) -> TokenCall:
-    """``torch.compile`` of the whole step as one graph (a graph break would leave
-    part of the step eager and is an error), static shapes."""
-    return torch.compile(
-        step, mode=None if mode == "default" else mode, fullgraph=True, dynamic=False
-    )
-
-
-_builds = itertools.count()
-
-
-def step_call(step: DecodeStep, linear: LinearFn) -> TokenCall:
-    """``step.forward(linear)`` as a function with a code object of its own: Dynamo
-    caches compiled code per code object, so each compiled mode keeps its own
-    cache entry (never another mode's, never past the recompile limit)."""
-
-    def token() -> torch.Tensor:
-        return step.forward(linear)
-
-    return _own_code(token)
-
-
-def fused_step_call(
-    step: DecodeStep, fused: FusedOps, attention: AttentionFn | None = None
-) -> TokenCall:
-    """``step.forward_fused(fused, attention=attention)``, with a code object of its
-    own (as :func:`step_call`)."""
-
-    def token() -> torch.Tensor:
-        return step.forward_fused(fused, attention=attention)
-
-    return _own_code(token)
-
-
-def _own_code(token: Callable[[], torch.Tensor]) -> TokenCall:
-    code = token.__code__
-    fresh = code.replace(co_name=f"token_{next(_builds)}")
-    return cast(
-        TokenCall,
-        types.FunctionType(fresh, token.__globals__, fresh.co_name, None, token.__closure__),
-    )
-
-
-def device_description(kind: str) -> tuple[str, dict[str, str]]:
-    """The device's name and what makes its figures comparable: the versions, and
-    on CUDA the compute capability and the driver (as ``matprobe run`` records them)."""
-    from matprobe.measure.device import detect
-
-    info = detect(kind)
-    versions = dict(info.versions)
-    if info.driver:
-        versions["driver"] = info.driver
-    name = info.name
-    if info.capability is not None:
-        name += f" (cuda sm_{info.capability[0]}{info.capability[1]})"
-    return name, versions
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 class TokenBench:
@@ -132,7 +80,11 @@ class TokenBench:
 
     With ``dtype="q8_0"`` the weight matrices are Q8_0 and the peer modes
     (``f16:…``) run the same model unquantized, in its own bench (:meth:`peer`),
-    validated against its own float64 reference and timed in the same rounds."""
+    validated against its own float64 reference and timed in the same rounds.
+
+    ``apart``: the process the modes of a table that names plugins run in
+    (:mod:`~matprobe.token.apart`); this one poses, times and judges them. A bench
+    that only replays, there, is made with ``judged=False`` (no references)."""
 
     def __init__(
         self,
@@ -148,6 +100,8 @@ class TokenBench:
         progress: Callable[[str], None] | None = None,
         fused: FusedOps | None = None,
         tiles: Mapping[str, DecodeTile] | None = None,
+        apart: Apart | None = None,
+        judged: bool = True,
     ) -> None:
         if trials < 1:
             raise MatprobeError(f"trials must be at least 1, got {trials}")
@@ -179,9 +133,12 @@ class TokenBench:
         #: GEMV tiles by site for the triton.gemv_decode modes (a table's winners)
         self.tiles = dict(tiles or {})
         self._peer: TokenBench | None = None
+        self.apart = apart
+        #: the modes built apart, by name
+        self.remote: dict[str, RemoteCall] = {}
         extra = embeddings(config, trials - 1, dtype=dtype, device=device, seed=seed + 1)
         self.inputs = [self.weights.x0.clone(), *extra]
-        self.references = self._references()
+        self.references = self._references() if judged else []
 
     def _references(self) -> list[torch.Tensor]:
         """float64 logits of every trial: the same step over the same weights, upcast."""
@@ -204,17 +161,6 @@ class TokenBench:
     def tables(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The RoPE tables :meth:`place` writes for ``position``, as new tensors."""
         return position_tables(self.weights, self.config.head_dim, position, self.step.dtype)
-
-    def _validate(self, call: TokenCall) -> LogitError:
-        errors = []
-        try:
-            for x0, ref in zip(self.inputs, self.references, strict=True):
-                self.weights.x0.copy_(x0)
-                self.scramble_new_slot()
-                errors.append(logit_error(call(), ref))
-        finally:
-            self.weights.x0.copy_(self.inputs[0])
-        return worst(errors)
 
     def scramble_new_slot(self) -> None:
         """Fresh values in every layer's KV slot at ``context - 1`` before a judged
@@ -240,17 +186,6 @@ class TokenBench:
             [torch.stack((k[:, pos].reshape(-1), v[:, pos].reshape(-1)))
              for k, v in zip(weights.k_cache, weights.v_cache, strict=True)]
         )  # fmt: skip
-
-    def _cache_failure(self, tolerance: Tolerance) -> str | None:
-        """After :meth:`_validate`, why the KV cache's new slot is wrong (None: it is
-        right): each layer's key and value written at ``context - 1`` for the last
-        input, against the float64 step's on that input, within the logits'
-        bounds. An attention that attends the new key from registers but never
-        appends it — or appends it unroped — gets this token right and the next
-        one wrong; the logits alone cannot see that."""
-        appended = self.new_slot()
-        self.reference(self.inputs[-1])  # the float64 step's caches: that input's
-        return slot_failure(appended, self.new_slot(exact=True), tolerance)
 
     def decode_kernels(self, *, as_op: bool, pdl: bool = False) -> DecodeKernels:
         """The ``triton.gemv_decode`` kernels over this step's weights (made once a
@@ -278,6 +213,9 @@ class TokenBench:
         """The call that runs ``mode``'s token: its graph on CUDA, else the step."""
         if mode.peer is not None:
             return self.peer().build(mode.own)
+        if self.apart is not None and mode.kernels in self.apart.kernels:
+            self.remote[mode.name] = self.apart.call(mode, self)
+            return self.remote[mode.name]
         kernels = mode.kernels
         if kernels in ("layer", "layer-pdl"):
             own = self.decode_kernels(as_op=False, pdl=kernels == "layer-pdl")
@@ -307,17 +245,34 @@ class TokenBench:
         try:
             call = self.build(mode)
             if mode.validated:
-                owner = self.peer() if mode.peer is not None else self
-                result.error = owner._validate(call)
-                failure = tolerance.failure(result.error) or owner._cache_failure(tolerance)
+                owner = self._owner(mode)
+                result.error = validation_error(owner, call)
+                if broke := self._apart_failure(mode):
+                    result.status, result.reason = "ERROR", broke
+                    return result, None
+                failure = tolerance.failure(result.error) or cache_failure(owner, tolerance)
                 result.status, result.reason = ("FAIL", failure) if failure else ("PASS", "")
             else:
                 call()
                 result.status, result.reason = "UNCHECKED", "matmuls left out: not validated"
         except Exception as exc:  # a crash, a compile error, a wrong output shape
-            result.status, result.reason = "ERROR", _one_line(exc)
+            result.status, result.reason = "ERROR", one_line(exc)
             return result, None
         return result, call
+
+    def _owner(self, mode: Mode) -> JudgedBench:
+        """What judges ``mode``: its peer bench, this bench as a mode run apart sees
+        it, or this bench."""
+        if mode.peer is not None:
+            return self.peer()
+        remote = self.remote.get(mode.name)
+        return self if remote is None else ApartOwner(self, remote)
+
+    def _apart_failure(self, mode: Mode) -> str | None:
+        remote = self.remote.get(mode.name)
+        if remote is None or remote.failure is None:
+            return None
+        return f"judged apart: {remote.failure}"
 
     def _count_kernels(
         self,
@@ -333,10 +288,13 @@ class TokenBench:
             call = built.get(result.mode.name)
             if call is None:
                 continue
+            remote = self.remote.get(result.mode.name)
+            if remote is not None and remote.failure is not None:
+                continue  # its process is gone: its row says so
             try:
-                result.kernels = count_kernels(call, self.device)
+                result.kernels = remote.count() if remote else count_kernels(call, self.device)
             except Exception as exc:
-                result.status, result.reason = "ERROR", f"counting kernels: {_one_line(exc)}"
+                result.status, result.reason = "ERROR", f"counting kernels: {one_line(exc)}"
                 samples.pop(result.mode.name, None)
                 result.latency_samples_us = []
 
@@ -389,13 +347,18 @@ class TokenBench:
             ),
             modes=results,
             skipped=list(selection.skipped),
-            notes=list(selection.notes),
+            notes=[*selection.notes, *self._apart_notes()],
             baseline_bound=bound,
             tolerance=tolerance if tolerance is not bound else None,
             floor=ByteFloor(
                 self.weights.weight_bytes(), self.weights.kv_bytes(), read_gbps, ceiling
             ),
         )
+
+    def _apart_notes(self) -> list[str]:
+        if self.apart is None or not self.remote:
+            return []
+        return [f"{', '.join(self.remote)}: {self.apart.clock}"]
 
     def _validate_modes(
         self, selection: ModeSelection, bound: Tolerance, k_max: int
@@ -424,20 +387,37 @@ class TokenBench:
     ) -> Callable[[], float]:
         """One back-to-back window of ``call`` on fresh inputs (:data:`WINDOW`), its
         logits handed to ``judge`` (a mode that computes nothing has none)."""
-        owner = self.peer() if mode.peer is not None else self
+        owner = self._owner(mode)
         draws = judge.draws if judge is not None else InputDraws(owner)
         inputs = step_inputs(owner)
+        remote = self.remote.get(mode.name)
 
         def window() -> float:
             drawn, staged = draws.window(WINDOW)
             if judge is not None:
                 owner.scramble_new_slot()  # the window's last replay must append
-            us, kept = back_to_back_us(call, inputs, staged)
+            if remote is not None:
+                us, kept = remote.replays(staged)
+            else:
+                us, kept = back_to_back_us(call, inputs, staged)
             if judge is not None:
                 judge.keep_window(drawn, kept, owner.new_slot())
             return us
 
-        return window
+        if remote is not None:
+            return warmed(remote, window)
+        return aside(self.apart, window, call)
+
+    def _timer(self, name: str, call: TokenCall, judge: ReplayJudge | None) -> Callable[[], float]:
+        """One latency sample of ``call``: this process's clock around it, with the
+        process of the modes run apart stopped meanwhile; a mode run apart, the
+        clock this process kept around its message."""
+        kept = keeping(call, judge)
+        remote = self.remote.get(name)
+        if remote is not None:
+            return warmed(remote, lambda: (kept(), remote.last_us)[1])
+        clock = cuda_time_us if self.device == "cuda" else host_time_us
+        return aside(self.apart, lambda: clock(kept), call)
 
     def _timed_rounds(
         self,
@@ -452,16 +432,15 @@ class TokenBench:
         whose timed replays all passed (a failing one's result says why)."""
         if not calls:
             return {}
-        clock = cuda_time_us if self.device == "cuda" else host_time_us
         judges = {
-            r.mode.name: ReplayJudge(self.peer() if r.mode.peer is not None else self, r.mode)
+            r.mode.name: ReplayJudge(self._owner(r.mode), r.mode)
             for r in results
             if r.mode.name in calls and r.mode.validated
         }
         latency = interleaved_rounds(
-            {name: keeping(call, judges.get(name)) for name, call in calls.items()},
+            {name: self._timer(name, call, judges.get(name)) for name, call in calls.items()},
             rounds,
-            clock,
+            lambda timer: timer(),
             before=lambda name, index: judges[name].fresh(index) if name in judges else None,
             after=lambda name, index: judges[name].keep(index) if name in judges else None,
         )
@@ -485,6 +464,10 @@ class TokenBench:
                 continue
             # The baseline is held to its absolute bound, every other mode to the one
             # it was validated against (a multiple of the baseline's error).
+            if failure := self._apart_failure(result.mode):
+                result.status, result.reason = "ERROR", failure
+                samples.pop(result.mode.name, None)
+                continue
             own = result.mode.own.name == BASELINE
             bound_of = (
                 baseline_bound(result.mode.peer or self.dtype, self.config.layers, k_max)

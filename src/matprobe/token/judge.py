@@ -15,7 +15,7 @@ from matprobe.errors import MatprobeError
 from matprobe.profile.models import ModelConfig
 from matprobe.token.modes import Mode
 from matprobe.token.timing import Inputs, Staged, TokenCall
-from matprobe.token.validate import Tolerance, logit_error
+from matprobe.token.validate import LogitError, Tolerance, logit_error, worst
 from matprobe.token.weights import MAX_POSITION, embeddings
 
 
@@ -27,6 +27,7 @@ class JudgedBench(Protocol):
     dtype: str
     context: int
     inputs: list[torch.Tensor]  # validation's embeddings; the first is put back
+    references: list[torch.Tensor]  # their float64 logits
 
     def place(self, position: int) -> None: ...
 
@@ -36,7 +37,7 @@ class JudgedBench(Protocol):
 
     def tables(self, position: int) -> tuple[torch.Tensor, torch.Tensor]: ...
 
-    def reference(self, x0: torch.Tensor, position: int) -> torch.Tensor: ...
+    def reference(self, x0: torch.Tensor, position: int | None = None) -> torch.Tensor: ...
 
 
 #: A kept replay: its embedding, RoPE position, logits and, where judged, the KV
@@ -106,6 +107,32 @@ class ReplayJudge:
                     f"timed replay {number} of {len(self.outputs)} (position {position}): {failure}"
                 )
         return len(self.outputs), None
+
+
+def validation_error(owner: JudgedBench, call: TokenCall) -> LogitError:
+    """The worst logit error of ``call`` over the validation inputs of ``owner``, each
+    written in place (the KV slot scrambled before each), the first put back."""
+    errors = []
+    try:
+        for x0, ref in zip(owner.inputs, owner.references, strict=True):
+            owner.weights.x0.copy_(x0)
+            owner.scramble_new_slot()
+            errors.append(logit_error(call(), ref))
+    finally:
+        owner.weights.x0.copy_(owner.inputs[0])
+    return worst(errors)
+
+
+def cache_failure(owner: JudgedBench, tolerance: Tolerance) -> str | None:
+    """After :func:`validation_error`, why the KV cache's new slot is wrong (None: it
+    is right): each layer's key and value written at ``context - 1`` for the last
+    input, against the float64 step's on that input, within the logits' bounds.
+    An attention that attends the new key from registers but never appends it —
+    or appends it unroped — gets this token right and the next one wrong; the
+    logits alone cannot see that."""
+    appended = owner.new_slot()
+    owner.reference(owner.inputs[-1])  # the float64 step's caches: that input's
+    return slot_failure(appended, owner.new_slot(exact=True), tolerance)
 
 
 def slot_failure(got: torch.Tensor, want: torch.Tensor, tolerance: Tolerance) -> str | None:
