@@ -6,7 +6,7 @@ ran their kernels beside its own judge, guarded by the tamper snapshot — which
 plugin can replace. These tests load each plugin only as a table's winner (the
 store's check of its verdicts, tested in ``test_dispatch.py``, is waived here:
 what is tested is what the token does with a winner that got that far), and
-each fails on the code before (cbf2f0b's parent): the comparison a plugin
+each fails on the code before (5df8683): the comparison a plugin
 patched there PASSed its zeros, the baseline it slowed made it win, the helper
 it started ran through the baseline's timing."""
 

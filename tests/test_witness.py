@@ -361,3 +361,47 @@ def test_a_claim_is_held_to_the_fastest_rounds_the_witness_timed(
         assert problem is None
     else:
         assert problem is not None and fails in problem and "judged apart" in problem
+
+
+def test_a_helper_a_plugins_worker_left_behind_stops_with_the_next_plugins_process(
+    here: Path,
+) -> None:
+    """A worker's helper that left its group and its parent, and outlived the worker
+    (an orphan of the fork server), is stopped while a later witness times a
+    baseline, and killed when that witness ends. Until the twenty-fifth session
+    only orphans that started after the witness's own process were looked for."""
+    program, setsid = HELPERS["an orphan"]
+    code = STARTS_A_HELPER.replace("PROGRAM", repr(program)).replace("SETSID", str(setsid))
+    name = write(here, "leaving_kernels", code.replace("ORPHAN", repr(ORPHAN)))
+    first = WitnessProcess(SHIPPED_FACTORY, (name,), CPU)
+    helper = _helper_pid(here)
+    first._process.kill()  # gone without its close: its helper lives on
+    first._process.join()
+    later = WitnessProcess(SHIPPED_FACTORY, (), CPU)
+    try:
+        with later.stopped():
+            assert _settled(helper, lambda s: s == "T") == "T"
+    finally:
+        later.close()
+        first.close()
+    assert _settled(helper, lambda s: s in ("", "Z")) in ("", "Z")
+
+
+def test_what_a_plugins_worker_started_ends_with_the_worker(here: Path) -> None:
+    """A helper in the worker's own group or session, still its child, is killed when
+    the worker is closed (it was left running until the twenty-fifth session)."""
+    from conftest import FAST
+    from matprobe.run.worker import Worker
+
+    program, setsid = HELPERS["in a session of its own"]
+    code = STARTS_A_HELPER.replace("PROGRAM", repr(program)).replace("SETSID", str(setsid))
+    name = write(here, "worker_helper_kernels", code.replace("ORPHAN", repr(ORPHAN)))
+    worker = Worker(plugins=(name,), device=CPU, policy=FAST, run_id=None, timeout_s=60)
+    worker.spawn()
+    try:
+        worker._start(None)  # set up: the plugin imported, its helper started
+        helper = _helper_pid(here)
+        assert _state(helper) not in ("", "Z")
+    finally:
+        worker.close()
+    assert _settled(helper, lambda s: s in ("", "Z")) in ("", "Z")

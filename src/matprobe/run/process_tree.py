@@ -19,16 +19,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import signal
 import sys
 import warnings
-from collections.abc import Set
+from collections.abc import Iterator, Set
 from pathlib import Path
 from types import FrameType
 
 #: ``prctl`` option (linux/prctl.h): orphans below this process become its children.
 PR_SET_CHILD_SUBREAPER = 36
-#: Field index, after the name, of a process's start (clock ticks since boot).
-_STARTED = 19
 
 
 def stat_fields(pid: int) -> list[str]:
@@ -39,14 +38,6 @@ def stat_fields(pid: int) -> list[str]:
     return stat.rsplit(")", 1)[1].split()
 
 
-def start_tick(pid: int) -> int:
-    """When ``pid`` started, in clock ticks since boot; 0 where that is not known."""
-    try:
-        return int(stat_fields(pid)[_STARTED])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
 def parent_of(pid: int) -> int | None:
     """The process ``pid``'s parent; None where that is not known."""
     try:
@@ -55,37 +46,34 @@ def parent_of(pid: int) -> int | None:
         return None
 
 
-def _table() -> dict[int, tuple[int, int, int]]:
-    """Every process there is: pid → (parent, group, start tick). Empty without /proc."""
-    table: dict[int, tuple[int, int, int]] = {}
+def _table() -> dict[int, tuple[int, int]]:
+    """Every process there is: pid → (parent, group). Empty without /proc."""
+    table: dict[int, tuple[int, int]] = {}
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
             if entry.name.isdigit():
                 with contextlib.suppress(OSError, IndexError, ValueError):
                     fields = stat_fields(int(entry.name))
-                    table[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[_STARTED]))
+                    table[int(entry.name)] = (int(fields[1]), int(fields[2]))
     return table
 
 
-def started_by(pid: int | None, server: int | None, since: int, known: Set[int]) -> set[int]:
+def started_by(pid: int | None, server: int | None, known: Set[int]) -> set[int]:
     """``pid`` (None: one already gone), the processes in the group it leads, the
-    children of ``server`` (the subreaper it was forked from; None: it was not) that
-    started at tick ``since`` or later and are not in ``known`` (the processes the
-    judge started), and every descendant of those. A pid may be stale by the time it
-    is signalled: a caller signals what it finds, then looks again until nothing new
-    is found."""
+    children of ``server`` (the subreaper it was forked from; None: it was not)
+    that are not in ``known`` (the processes the judge started: every other child
+    of the server is an orphan it adopted, from this plugin's process or from an
+    earlier one of the run's — a worker's helper that outlived it), and every
+    descendant of those. A pid may be stale by the time it is signalled: a caller
+    signals what it finds, then looks again until nothing new is found."""
     table = _table()
     roots = set()
     if pid is not None:
-        roots = {pid} | {p for p, (_, group, _) in table.items() if group == pid}
+        roots = {pid} | {p for p, (_, group) in table.items() if group == pid}
     if server is not None:
-        roots |= {
-            p
-            for p, (parent, _, tick) in table.items()
-            if parent == server and tick >= since and p not in known
-        }
+        roots |= {p for p, (parent, _) in table.items() if parent == server and p not in known}
     children: dict[int, list[int]] = {}
-    for p, (parent, _, _) in table.items():
+    for p, (parent, _) in table.items():
         children.setdefault(parent, []).append(p)
     found: set[int] = set()
     stack = list(roots)
@@ -95,6 +83,38 @@ def started_by(pid: int | None, server: int | None, since: int, known: Set[int])
             found.add(p)
             stack.extend(children.get(p, ()))
     return found
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` by parent links, now (``pid`` not included)."""
+    return started_by(None, pid, set()) if pid > 1 else set()
+
+
+@contextlib.contextmanager
+def ending_what_it_started(pid: int | None) -> Iterator[None]:
+    """The processes below ``pid`` (None: none), looked for now, while it lives —
+    once it has gone they are the fork server's orphans, which a witness stops
+    while it times a baseline, and kills — and killed after the block, which is
+    to end ``pid``."""
+    below = descendants(pid) if pid else set()
+    yield
+    if hasattr(signal, "SIGKILL"):
+        signal_all(below, signal.SIGKILL)
+
+
+def signal_all(pids: Set[int], signum: int) -> None:
+    """``signum`` to each of ``pids`` that still exists."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def signal_group(pid: int, signum: int) -> None:
+    """``signum`` to the group ``pid`` leads, if it still exists (where there is no
+    ``/proc`` to find its members one by one)."""
+    if hasattr(os, "killpg"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signum)
 
 
 def become_subreaper() -> bool:

@@ -50,9 +50,8 @@ class WitnessProcess:
         args = (theirs, factory, plugins, device.kind, device.index, cpu_threads)
         self._process = processes.start(main, args)
         theirs.close()
-        # Where its helpers' orphans go (see process_tree), and since when.
+        # Where its helpers' orphans go (see process_tree).
         pid = self._process.pid or 0
-        self._since = process_tree.start_tick(pid)
         server = process_tree.parent_of(pid)
         self._server = server if server not in (None, 0, 1, os.getpid()) else None
         try:
@@ -115,19 +114,19 @@ class WitnessProcess:
         try:
             yield
         finally:
-            _signal(frozen, signal.SIGCONT)
-            _signal_group(pid, signal.SIGCONT)
+            process_tree.signal_all(frozen, signal.SIGCONT)
+            process_tree.signal_group(pid, signal.SIGCONT)
 
     def _freeze(self, pid: int | None) -> set[int]:
         """SIGSTOP to what ``pid`` (None: a process already gone) started, and to
         ``pid``, until a look finds nothing new (a stopped process starts none, and
         Linux restarts a fork that a stop signal met); the processes stopped."""
         if pid is not None:
-            _signal_group(pid, signal.SIGSTOP)
+            process_tree.signal_group(pid, signal.SIGSTOP)
         known = {child.pid or 0 for child in multiprocessing.active_children()}
         frozen: set[int] = set()
-        while found := process_tree.started_by(pid, self._server, self._since, known) - frozen:
-            _signal(found, signal.SIGSTOP)
+        while found := process_tree.started_by(pid, self._server, known) - frozen:
+            process_tree.signal_all(found, signal.SIGSTOP)
             frozen |= found
         return frozen
 
@@ -142,20 +141,5 @@ class WitnessProcess:
         if self._process.pid is not None and hasattr(signal, "SIGKILL"):
             # What the plugin started ends with it: its group (the group only: the
             # reaped process's pid may be another's by now), and its orphans.
-            _signal_group(self._process.pid, signal.SIGKILL)
-            _signal(self._freeze(None), signal.SIGKILL)
-
-
-def _signal(pids: set[int], signum: int) -> None:
-    """``signum`` to each of ``pids`` that still exists."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
-
-
-def _signal_group(pid: int, signum: int) -> None:
-    """``signum`` to the group ``pid`` leads, if it still exists (where there is no
-    ``/proc`` to find its members one by one)."""
-    if hasattr(os, "killpg"):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signum)
+            process_tree.signal_group(self._process.pid, signal.SIGKILL)
+            process_tree.signal_all(self._freeze(None), signal.SIGKILL)

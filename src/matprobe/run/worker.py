@@ -1,14 +1,13 @@
 """Run a family's pairs in a worker process, so that one crash costs one row.
 
-An illegal memory access poisons a CUDA context, a segfault kills a process,
-a kernel can hang: pairs therefore run in a spawned process. A
-:class:`Worker` keeps one such process for as long as its owner wants it — a
-card's slot of a multi-GPU run keeps it for the whole run, fed one work item
-after another, so that torch, the CUDA context and the families are imported
-once per card rather than once per item (~8 s each on a GPU host). The parent
-stores every result the moment it arrives; when the process dies or a pair
-outlives its timeout, that pair is recorded as a crash or a timeout, the
-process is replaced, and the item goes on with the pairs that are left.
+An illegal memory access poisons a CUDA context, a segfault kills a process, a
+kernel can hang: pairs therefore run in another process. A :class:`Worker` keeps
+one for as long as its owner wants it — a card's slot of a multi-GPU run for
+the whole run, fed one work item after another, so that torch, the CUDA context
+and the families are imported once per card rather than once per item (~8 s
+each on a GPU host). The parent stores every result the moment it arrives; when
+the process dies or a pair outlives its timeout, that pair is recorded as a
+crash or a timeout, the process is replaced, and the item goes on.
 
 A worker rebuilds the run's registry from what it is sent — the factory
 string and the plugin module names (:func:`~matprobe.measure.variants.registry_with_plugins`,
@@ -47,7 +46,7 @@ from matprobe.measure.pair import PairContext, error_result
 from matprobe.measure.results import ErrorKind, PairResult
 from matprobe.measure.timing import TimingPolicy
 from matprobe.measure.variants import SHIPPED_FACTORY, SHIPPED_ORIGIN
-from matprobe.run import processes
+from matprobe.run import process_tree, processes
 from matprobe.run.task import Task, result_of, task_data
 from matprobe.run.worker_process import _worker_main
 
@@ -82,8 +81,7 @@ class Place:
 OnStart = Callable[[Task], None]
 OnResult = Callable[[Task, PairResult], None]
 
-#: ``_next_message``'s made-up messages (compared by identity): the run was
-#: cancelled, the deadline passed.
+#: ``_next_message``'s made-up messages (compared by identity): cancelled, late.
 CANCELLED = ("cancelled",)
 LATE = ("late",)
 STARTUP_LATE = "worker did not start in time"
@@ -199,15 +197,17 @@ class Worker(_StopsOnExit):
         self._spawned_at = time.monotonic()
 
     def close(self) -> None:
-        """Ask the process to exit (killed if it does not within STOP_TIMEOUT_S); one
-        still starting up has measured nothing and is killed at once."""
-        if self._conn is not None and self._ready:
-            with contextlib.suppress(OSError):  # already gone
-                self._conn.send(None)
-        self._reap(kill=not self._ready)
+        """Ask the process to exit (killed if it does not within STOP_TIMEOUT_S, at once
+        while starting up: it measured nothing), and kill what it started."""
+        with process_tree.ending_what_it_started(self._proc.pid if self._proc else None):
+            if self._conn is not None and self._ready:
+                with contextlib.suppress(OSError):  # already gone
+                    self._conn.send(None)
+            self._reap(kill=not self._ready)
 
     def kill(self) -> None:
-        self._reap(kill=True)
+        with process_tree.ending_what_it_started(self._proc.pid if self._proc else None):
+            self._reap(kill=True)
 
     def run(
         self,
