@@ -105,7 +105,7 @@ def answer(inputs, out):
     # The reply loop of its own process made to say "done" without a replay.
     "skips its replays": """
 import matprobe.dispatch.apart_child as child
-child._Server._run = lambda self, name, replays: ("done",)
+child.TableServer._run = lambda self, name, replays: ("done",)
 """,
     # Its process ends in the middle of the timed rounds.
     "dies in the rounds": """

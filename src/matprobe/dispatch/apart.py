@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from matprobe.dispatch.apart_child import apart_main
+from matprobe.dispatch.apart_child import TABLE_SERVER
 from matprobe.dispatch.table import DispatchTable
 from matprobe.errors import MatprobeError
 from matprobe.measure.device import DeviceInfo
@@ -101,7 +101,7 @@ class TableApart:
             torch.set_num_threads(threads)
         try:
             self.process = WitnessProcess(
-                SHIPPED_FACTORY, table.plugins, device, threads, main=apart_main
+                SHIPPED_FACTORY, table.plugins, device, threads, served=TABLE_SERVER
             )
         except WitnessError as exc:
             torch.set_num_threads(self._threads)

@@ -23,55 +23,19 @@ judge: ``("ready",)``, ``("pong",)``, ``("imported",)``, ``("loaded",)``,
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from typing import Any
 
-from matprobe.run.witness_child import send, set_up
+#: What answers in the table's process
+#: (:func:`~matprobe.run.witness_child.child_main`'s ``served``).
+TABLE_SERVER = "matprobe.dispatch.apart_child:TableServer"
 
 
-def apart_main(
-    conn: Connection,
-    factory: str,
-    plugins: tuple[str, ...],
-    kind: str,
-    index: int,
-    cpu_threads: int | None = None,
-) -> None:
-    """The process's loop (started by :class:`~matprobe.run.witness_process.WitnessProcess`)."""
-    try:
-        from matprobe.measure.variants import registry_with_plugins
-
-        set_up(kind, index, cpu_threads)
-        send(conn, "ready")
-        server = _Server(kind)
-        while (message := conn.recv()) is not None:
-            word, *rest = message
-            if word == "ping":
-                send(conn, "pong")
-                continue
-            try:
-                if word == "import":
-                    registry_with_plugins(factory, plugins)
-                    answer: tuple[Any, ...] = ("imported",)
-                else:
-                    answer = server.answer(word, rest)
-            except Exception:
-                send(conn, "error", traceback.format_exc(limit=3))
-            else:
-                send(conn, *answer)
-    except Exception:
-        send(conn, "error", traceback.format_exc(limit=3))
-    finally:
-        conn.close()
-
-
-class _Server:
+class TableServer:
     """The step, its modes' calls and the shared block, once ``bench`` has set them up."""
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
+    def __init__(self, factory: str, plugins: tuple[str, ...], kind: str) -> None:
+        self.factory, self.plugins, self.kind = factory, plugins, kind
         self.bench: Any = None
         self.block: dict[str, Any] = {}
         self.keep: Any = None  # the block's mapping, held while it is used
@@ -79,8 +43,13 @@ class _Server:
         self.linears: dict[str, Any] = {}
         self.setup: dict[str, Any] = {}
 
-    def answer(self, word: str, rest: list[Any]) -> tuple[Any, ...]:
-        handlers: dict[str, Callable[..., tuple[Any, ...]]] = {
+    def imports(self) -> None:
+        from matprobe.measure.variants import registry_with_plugins
+
+        registry_with_plugins(self.factory, self.plugins)
+
+    def handlers(self) -> dict[str, Callable[..., tuple[Any, ...]]]:
+        return {
             "table": self._table,
             "bench": self._bench,
             "build": self._build,
@@ -88,9 +57,6 @@ class _Server:
             "count": self._count,
             "profile": self._profile,
         }
-        if word not in handlers:
-            raise ValueError(f"unknown message {word!r}")
-        return handlers[word](*rest)
 
     def _table(self, setup: dict[str, Any]) -> tuple[Any, ...]:
         """The table's kernels, checked against this device and the plugins' code

@@ -18,10 +18,12 @@ judge: ``("ready",)``, ``("pong",)``, ``("imported",)``, ``("built",)``,
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -49,51 +51,83 @@ def set_up(kind: str, index: int, cpu_threads: int | None) -> None:
     _set_up_place(kind, index, cpu_threads)
 
 
-def _witness_main(
+#: What answers in a witness's process (:func:`child_main`'s ``served``).
+WITNESS = "matprobe.run.witness_child:Witness"
+
+
+def child_main(
     conn: Connection,
+    served: str,
     factory: str,
     plugins: tuple[str, ...],
     kind: str,
     index: int,
     cpu_threads: int | None = None,
 ) -> None:
+    """The loop of a process the judge drives — a witness's, or the token table's
+    (:mod:`~matprobe.dispatch.apart_child`): set up (:func:`set_up`), make the
+    ``served`` class (``"module:Class"``, called with ``factory``, ``plugins``
+    and ``kind``), say ``ready``; then answer a ``ping`` with ``pong`` — before
+    anything of a plugin's is imported, so the judge learns what a message costs
+    —, ``import`` with ``imported`` once the object has imported the plugins, and
+    any other word with what its handler returns (an exception: ``("error",
+    traceback)``, and the loop goes on); ``None`` ends it."""
     try:
-        from matprobe.measure.sampling import recorder_for
-        from matprobe.measure.variants import resolve_factory, with_plugins
-
         set_up(kind, index, cpu_threads)
-        registry = resolve_factory(factory)
-        recorder = recorder_for(kind)
+        module, _, name = served.partition(":")
+        server = getattr(importlib.import_module(module), name)(factory, plugins, kind)
         send(conn, "ready")
-        # The recording, and the block's mapping, tensors and kernel it uses: kept
-        # until the next pair.
-        kept: tuple[Any, Any] = (None, None)
-        while True:
-            message = conn.recv()
-            if message is None:
-                return
-            word = message[0]
+        while (message := conn.recv()) is not None:
+            word, *rest = message
             if word == "ping":
                 send(conn, "pong")
-            elif word == "import":
-                registry = with_plugins(registry, plugins)
-                send(conn, "imported")
-            elif word == "pair":
-                kept = (None, None)
-                try:
-                    kept = _record(registry, recorder, *message[1:])
-                except Exception:
-                    send(conn, "error", traceback.format_exc(limit=3))
-                else:
-                    send(conn, "built")
-            elif word == "go":
-                recorder.replay(kept[0])
-                recorder.sync()
-                send(conn, "done")
+                continue
+            try:
+                if word == "import":
+                    server.imports()
+                    answer: tuple[Any, ...] = ("imported",)
+                else:  # looked up now: what the plugins changed since answers, as it would
+                    answer = server.handlers()[word](*rest)
+            except Exception:
+                send(conn, "error", traceback.format_exc(limit=3))
+            else:
+                send(conn, *answer)
     except Exception:
         send(conn, "error", traceback.format_exc(limit=3))
     finally:
         conn.close()
+
+
+class Witness:
+    """A witness's process: the registry, and the pair recorded last (the
+    recording, and the block's mapping, tensors and kernel it uses: kept until the
+    next pair)."""
+
+    def __init__(self, factory: str, plugins: tuple[str, ...], kind: str) -> None:
+        from matprobe.measure.sampling import recorder_for
+        from matprobe.measure.variants import resolve_factory
+
+        self.registry, self.plugins = resolve_factory(factory), plugins
+        self.recorder = recorder_for(kind)
+        self.kept: tuple[Any, Any] = (None, None)
+
+    def imports(self) -> None:
+        from matprobe.measure.variants import with_plugins
+
+        self.registry = with_plugins(self.registry, self.plugins)
+
+    def handlers(self) -> dict[str, Callable[..., tuple[Any, ...]]]:
+        return {"pair": self.pair, "go": self.go}
+
+    def pair(self, *recorded: Any) -> tuple[Any, ...]:
+        self.kept = (None, None)
+        self.kept = _record(self.registry, self.recorder, *recorded)
+        return ("built",)
+
+    def go(self) -> tuple[Any, ...]:
+        self.recorder.replay(self.kept[0])
+        self.recorder.sync()
+        return ("done",)
 
 
 def _record(

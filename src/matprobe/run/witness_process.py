@@ -12,12 +12,12 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from matprobe.measure.device import DeviceInfo
 from matprobe.run import process_tree, processes
-from matprobe.run.witness_child import _witness_main
+from matprobe.run.witness_child import WITNESS, child_main
 
 #: Pings before the plugin is imported; the slowest is what a message costs.
 PINGS = 8
@@ -34,9 +34,8 @@ class WitnessError(Exception):
 
 class WitnessProcess:
     """A fresh process that imports ``plugins`` (none: the factory's families only,
-    as the baseline's process), driven by the witness (see the module doc).
-    ``main(conn, factory, plugins, kind, index, cpu_threads)`` is its loop: it
-    answers ``ping`` and ``import`` as :mod:`~matprobe.run.witness_child` does."""
+    as the baseline's process), driven by the witness (see the module doc);
+    ``served`` answers there (:func:`~matprobe.run.witness_child.child_main`)."""
 
     def __init__(
         self,
@@ -44,11 +43,11 @@ class WitnessProcess:
         plugins: tuple[str, ...],
         device: DeviceInfo,
         cpu_threads: int | None = None,
-        main: Callable[..., None] = _witness_main,
+        served: str = WITNESS,
     ) -> None:
         self._conn, theirs = multiprocessing.Pipe()
-        args = (theirs, factory, plugins, device.kind, device.index, cpu_threads)
-        self._process = processes.start(main, args)
+        args = (theirs, served, factory, plugins, device.kind, device.index, cpu_threads)
+        self._process = processes.start(child_main, args)
         theirs.close()
         # Where its helpers' orphans go (see process_tree).
         pid = self._process.pid or 0
