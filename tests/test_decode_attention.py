@@ -209,18 +209,20 @@ def test_an_attention_appending_only_while_validated_fails_when_timed(monkeypatc
 
     honest = module.decode_attention
     validated = {"modes": 0}  # the eager baseline's, then the layer mode's
-    judge_cache = TokenBench._cache_failure
+    from matprobe.token import bench
 
-    def after_validation(self, tolerance):  # type: ignore[no-untyped-def]
+    judge_cache = bench.cache_failure
+
+    def after_validation(owner, tolerance):  # type: ignore[no-untyped-def]
         validated["modes"] += 1
-        return judge_cache(self, tolerance)
+        return judge_cache(owner, tolerance)
 
     def lazy(qkv, k_cache, v_cache, *args, **kwargs):  # type: ignore[no-untyped-def]
         if validated["modes"] >= 2:
             k_cache, v_cache = k_cache.clone(), v_cache.clone()
         return honest(qkv, k_cache, v_cache, *args, **kwargs)
 
-    monkeypatch.setattr(TokenBench, "_cache_failure", after_validation)
+    monkeypatch.setattr(bench, "cache_failure", after_validation)
     monkeypatch.setattr(module, "decode_attention", lazy)
     _, result = layer_result("f16")
     row = result.get("layer")
