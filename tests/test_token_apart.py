@@ -282,19 +282,37 @@ open({str(pid_file)!r}, "a").write(f"{{helper.pid}}\\n")
     clock = bench.host_time_us
 
     def watched(call: Callable[[], object]) -> float:
-        states.append(_state(_helpers(pid_file)[-1]))
+        states.append(_stopped(_helpers(pid_file)[-1]))
         return clock(call)
 
     monkeypatch.setattr(bench, "host_time_us", watched)
     try:
-        code, data = token(table_of("helper_kernels", cheat, in_a_repo))
+        table = table_of("helper_kernels", cheat, in_a_repo)
+        _kill(_helpers(pid_file))  # the describing process's: not the one under test
+        code, data = token(table)
         assert code == 0 and row(data, "eager+table")["status"] == "PASS"
         assert states and set(states) == {"T"}, states
         assert _gone(_helpers(pid_file)[-1])  # killed with the plugin's process
     finally:
-        for pid in _helpers(pid_file):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _kill(_helpers(pid_file))
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _stopped(pid: int, wait_s: float = 1.0) -> str:
+    """``pid``'s state once it reads ``T``, or after ``wait_s``: a stop signal is acted
+    on when the process next runs, and on a loaded host a runnable process may wait
+    for a core that long (it runs none of its code before it stops)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while (state := _state(pid)) != "T" and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return state
 
 
 def _helpers(pid_file: Path) -> list[int]:
