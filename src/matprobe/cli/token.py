@@ -22,10 +22,12 @@ from matprobe.safetext import term_safe
 
 if TYPE_CHECKING:
     from matprobe.dispatch.apart import TableApart
+    from matprobe.dispatch.table import DispatchTable as Table
+    from matprobe.kernels.triton.decode import DecodeTile
     from matprobe.profile.models import ModelConfig
     from matprobe.token.bench import TokenBench
     from matprobe.token.linear import LinearFn
-    from matprobe.token.modes import Mode
+    from matprobe.token.modes import Mode, ModeSelection
     from matprobe.token.result import TokenResult
 
 EXIT_FAILED = 1
@@ -58,9 +60,6 @@ class DispatchTable(Protocol):
     def predict_matmul_us(self, calls: Mapping[str, float]) -> tuple[float, float]: ...
 
     def lookup(self, spec: Any) -> Any: ...
-
-    @property
-    def plugins(self) -> tuple[str, ...]: ...
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -170,7 +169,7 @@ def _device(requested: str | None) -> str:
 
 def _load_table(
     path: str, device: str, modes: tuple[str, ...] | None, db: Path | None
-) -> tuple[Any, dict[str, LinearFn]]:
+) -> tuple[Table, dict[str, LinearFn]]:
     """The table and its kernels, eager and as custom ops, checked against this
     device (a table from another card or of changed kernels is a usage error) and
     against the verdicts in the store ``db``: a table is a file anyone can write,
@@ -200,7 +199,7 @@ def _load_table(
 
 def _from_table(
     args: argparse.Namespace, config: ModelConfig, device: str, names: tuple[str, ...] | None
-) -> tuple[dict[str, LinearFn], dict[str, float], dict[str, Any], Any]:
+) -> tuple[dict[str, LinearFn], dict[str, float], dict[str, DecodeTile], Table | None]:
     """With ``--table``: its kernels (checked; none where they run apart), its
     predicted matmul shares, the GEMV tiles of the layer sites
     ``triton.gemv_decode`` won there (said on stderr), and the table; without:
@@ -228,7 +227,7 @@ def _from_table(
 
 
 def _apart(
-    table: Any, args: argparse.Namespace, config: ModelConfig, device: str
+    table: Table | None, args: argparse.Namespace, config: ModelConfig, device: str
 ) -> TableApart | None:
     """The process a table that names plugins runs its modes in (None: a table of
     matprobe's own families, or none)."""
@@ -373,9 +372,9 @@ def _measure(
     out: TextIO,
     config: ModelConfig,
     device: str,
-    selection: Any,
+    selection: ModeSelection,
     linears: dict[str, LinearFn],
-    tiles: dict[str, Any],
+    tiles: dict[str, DecodeTile],
     predicted: dict[str, float],
     apart: TableApart | None,
 ) -> int:

@@ -37,7 +37,7 @@ from matprobe.measure.variants import SHIPPED_FACTORY
 from matprobe.profile.models import ModelConfig
 from matprobe.run.shared_arena import Arena
 from matprobe.run.witness_process import WitnessError, WitnessProcess
-from matprobe.run.witness_rounds import BUSY_US, QUIET_WAIT_S, Canary
+from matprobe.run.witness_rounds import BUSY_US, QUIET_WAIT_S, Canary, where
 from matprobe.safetext import term_safe
 from matprobe.token.judge import JudgedBench
 from matprobe.token.modes import Mode
@@ -108,26 +108,29 @@ class TableApart:
             why = term_safe(str(exc))
             raise MatprobeError(f"the table's plugins, in a process of their own: {why}") from None
         try:
-            self.process.send("table", self.setup)
-            self.process.expect("loaded", BUILD_TIMEOUT_S)
-        except WitnessError as exc:
+            self._ask(("table", self.setup), "loaded", 0, BUILD_TIMEOUT_S)
+        except MatprobeError as exc:  # the table refused there: for another card, changed code
             self.close()
-            raise MatprobeError(f"--table, in its own process: {term_safe(str(exc))}") from None
+            raise MatprobeError(f"--table, in its own process: {exc}") from None
 
     def call(self, mode: Mode, bench: JudgedBench) -> _Remote:
         """``mode`` built there over the same step as ``bench``'s."""
         if self.failure is not None:
             raise MatprobeError(f"the table's process: {self.failure}")
+        if self.block is None:
+            self.block = _block(bench, where(self.device))
+            self._ask(("bench", self.block.handle()), "built", 0, BUILD_TIMEOUT_S)
+        self._ask(("build", mode.name), "built", 0, BUILD_TIMEOUT_S)
+        return _Remote(self, mode.name, bench)
+
+    def _ask(self, message: tuple[Any, ...], word: str, fields: int, timeout_s: float) -> list[Any]:
+        """``message`` sent, and the ``fields`` values of its answer ``word``; a
+        one-line :class:`MatprobeError` where the other process does not cooperate."""
         try:
-            if self.block is None:
-                self.block = _block(bench)
-                self.process.send("bench", self.block.handle())
-                self.process.expect("built", BUILD_TIMEOUT_S)
-            self.process.send("build", mode.name)
-            self.process.expect("built", BUILD_TIMEOUT_S)
+            self.process.send(*message)
+            return self.process.answer(word, fields, timeout_s)
         except WitnessError as exc:
             raise MatprobeError(f"the table's process: {term_safe(str(exc))}") from None
-        return _Remote(self, mode.name, bench)
 
     def run(
         self, name: str, staged: Sequence[Staged]
@@ -171,27 +174,24 @@ class TableApart:
 
     def count(self, name: str) -> KernelCount:
         """The kernels a replay of ``name`` runs, as the other process counts them."""
-        try:
-            self.process.send("count", name)
-            kernels, copies, _ = self.process.answer("counted", 3, RUN_TIMEOUT_S)
-        except WitnessError as exc:
-            raise MatprobeError(f"the table's process: {term_safe(str(exc))}") from None
+        kernels, copies, _ = self._ask(("count", name), "counted", 3, RUN_TIMEOUT_S)
         if not all(isinstance(v, int) and v >= 0 for v in (kernels, copies)):
             raise MatprobeError("the table's process sent a kernel count that is not one")
         return KernelCount(kernels, copies, "kernels the table's process counted (its word)")
 
     def profile(self, name: str, tokens: int) -> list[list[RangeSample]]:
         """``tokens`` of ``name`` recorded there under the profiler (its word)."""
+        (recorded,) = self._ask(("profile", name, tokens), "profiled", 1, BUILD_TIMEOUT_S)
         try:
-            self.process.send("profile", name, tokens)
-            (recorded,) = self.process.answer("profiled", 1, BUILD_TIMEOUT_S)
             return [
                 [RangeSample(str(label), float(start), [(str(k), float(us)) for k, us in kernels])
                  for label, start, kernels in one]
                 for one in recorded
             ]  # fmt: skip
-        except (WitnessError, TypeError, ValueError) as exc:
-            raise MatprobeError(f"the table's process: {term_safe(str(exc))}") from None
+        except (TypeError, ValueError) as exc:
+            raise MatprobeError(
+                f"the table's process sent no profile: {term_safe(str(exc))}"
+            ) from None
 
     @contextlib.contextmanager
     def aside(self) -> Iterator[None]:
@@ -254,7 +254,6 @@ class _Remote:
 
     def __init__(self, apart: TableApart, name: str, bench: JudgedBench) -> None:
         self.apart, self.name, self.bench = apart, name, bench
-        self.failure: str | None = None
         self.last_us = 0.0
         self.slot: torch.Tensor | None = None
 
@@ -265,8 +264,11 @@ class _Remote:
 
     def replays(self, staged: Sequence[Staged]) -> tuple[float, list[torch.Tensor]]:
         us, kept, self.slot = self.apart.run(self.name, staged)
-        self.failure = self.apart.failure
         return us, kept
+
+    @property
+    def failure(self) -> str | None:
+        return self.apart.failure
 
     def count(self) -> KernelCount:
         return self.apart.count(self.name)
@@ -277,24 +279,18 @@ class _Remote:
         self.apart.run(self.name, [Staged(noise, w.cos, w.sin)])
 
 
-def _block(bench: JudgedBench) -> Arena:
-    """The shared block for ``bench``'s step: :data:`WINDOW` rows of inputs (an
-    embedding, the RoPE tables) and logits, and one KV slot, in its dtype."""
+def _block(bench: JudgedBench, device: str) -> Arena:
+    """The shared block on ``device`` for ``bench``'s step: :data:`WINDOW` rows of
+    inputs (an embedding, the RoPE tables) and logits, and one KV slot, in its dtype."""
     w = bench.weights
-    act = w.x0.dtype
     rows = [
         (name, (WINDOW, *t.shape), t.dtype)
         for name, t in (("x0", w.x0), ("cos", w.cos), ("sin", w.sin))
     ]
-    logits = bench.references[0]
-    slot = bench.new_slot()
+    logits, slot = bench.references[0], bench.new_slot()
     wanted: list[tuple[str, tuple[int, ...], Any]] = [
         *rows,
-        ("logits", (WINDOW, *logits.shape), act),
+        ("logits", (WINDOW, *logits.shape), w.x0.dtype),
         ("slot", tuple(slot.shape), slot.dtype),
     ]
-    return Arena(wanted, where_of(w.x0))
-
-
-def where_of(tensor: torch.Tensor) -> str:
-    return "cpu" if tensor.device.type == "cpu" else f"cuda:{tensor.device.index or 0}"
+    return Arena(wanted, device)

@@ -284,15 +284,12 @@ class JudgedRounds:
         """One round of the baseline's on a card quiet before it and after it; None
         when the card stayed busy (:data:`QUIET_TRIES` rounds)."""
         for _ in range(QUIET_TRIES):
-            if not self._quiet(QUIET_WAIT_S):
+            if not self._canary.quiet(QUIET_WAIT_S):
                 return None
             base = self.round(baseline, judge=False, arena=arena)
-            if self._quiet(0.0):
+            if self._canary.quiet(0.0):
                 return base
         return None
-
-    def _quiet(self, wait_s: float) -> bool:
-        return self._canary.quiet(wait_s)
 
     def _problem(self, outs: Any, x: Any) -> str | None:
         import torch

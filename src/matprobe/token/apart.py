@@ -33,8 +33,11 @@ from matprobe.token.timing import KernelCount, Staged
 class RemoteCall(Protocol):
     """One mode's call, replayed in the other process on this one's inputs."""
 
-    #: why the other process stopped answering (its replays then return NaN)
-    failure: str | None
+    @property
+    def failure(self) -> str | None:
+        """Why the other process stopped answering (its replays then return NaN)."""
+        ...
+
     #: µs this process's clock gave the last call (a message's cost and the copies off)
     last_us: float
     #: the KV slot the last replay appended, as written back (None before a replay)
