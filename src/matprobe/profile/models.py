@@ -14,6 +14,7 @@ none. So each spec is paired with its count and role in a :class:`ModelShape`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
@@ -96,28 +97,49 @@ class ModelConfig:
             )
 
 
-#: Published configs, keyed by lowercase name. Qwen2.5 has a bias on Q, K and
-#: V; Llama has none. Small models tie lm_head to the embedding. ``rms_norm_eps``:
-#: 1e-6 for Qwen2.5, 1e-5 for Llama 3.x.
+def _published(
+    owner: str,
+    model: str,
+    hidden: int,
+    intermediate: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    vocab: int,
+    layers: int,
+    *,
+    qkv_bias: bool,
+    rms_eps: float,
+    tie_embeddings: bool,
+) -> ModelConfig:
+    """The config of ``owner``'s ``model`` (``Qwen``, ``Qwen2.5-0.5B``), named ``model``
+    in lowercase."""
+    return ModelConfig(
+        model.lower(), hidden, intermediate, heads, kv_heads, head_dim, vocab, layers,
+        qkv_bias=qkv_bias, tie_embeddings=tie_embeddings, source=f"{owner}/{model} config.json",
+        rms_eps=rms_eps,
+    )  # fmt: skip
+
+
+#: What a family's configs share: Qwen2.5 has a bias on Q, K and V, Llama 3.x none;
+#: ``rms_norm_eps`` is 1e-6 for Qwen2.5, 1e-5 for Llama 3.x.
+_qwen2_5 = functools.partial(_published, "Qwen", qkv_bias=True, rms_eps=1e-6)
+_llama3 = functools.partial(_published, "meta-llama", qkv_bias=False, rms_eps=1e-5)
+
+#: Published configs, keyed by lowercase name. Small models tie lm_head to the
+#: embedding.
 MODELS: dict[str, ModelConfig] = {
     config.name: config
     for config in (
-        ModelConfig("qwen2.5-0.5b", 896, 4864, 14, 2, 64, 151936, 24, qkv_bias=True,
-            tie_embeddings=True, source="Qwen/Qwen2.5-0.5B config.json", rms_eps=1e-6),
-        ModelConfig("qwen2.5-1.5b", 1536, 8960, 12, 2, 128, 151936, 28, qkv_bias=True,
-            tie_embeddings=True, source="Qwen/Qwen2.5-1.5B config.json", rms_eps=1e-6),
-        ModelConfig("qwen2.5-3b", 2048, 11008, 16, 2, 128, 151936, 36, qkv_bias=True,
-            tie_embeddings=True, source="Qwen/Qwen2.5-3B config.json", rms_eps=1e-6),
-        ModelConfig("qwen2.5-7b", 3584, 18944, 28, 4, 128, 152064, 28, qkv_bias=True,
-            tie_embeddings=False, source="Qwen/Qwen2.5-7B config.json", rms_eps=1e-6),
-        ModelConfig("llama-3.2-1b", 2048, 8192, 32, 8, 64, 128256, 16, qkv_bias=False,
-            tie_embeddings=True, source="meta-llama/Llama-3.2-1B config.json", rms_eps=1e-5),
-        ModelConfig("llama-3.2-3b", 3072, 8192, 24, 8, 128, 128256, 28, qkv_bias=False,
-            tie_embeddings=True, source="meta-llama/Llama-3.2-3B config.json", rms_eps=1e-5),
-        ModelConfig("llama-3.1-8b", 4096, 14336, 32, 8, 128, 128256, 32, qkv_bias=False,
-            tie_embeddings=False, source="meta-llama/Llama-3.1-8B config.json", rms_eps=1e-5),
+        _qwen2_5("Qwen2.5-0.5B", 896, 4864, 14, 2, 64, 151936, 24, tie_embeddings=True),
+        _qwen2_5("Qwen2.5-1.5B", 1536, 8960, 12, 2, 128, 151936, 28, tie_embeddings=True),
+        _qwen2_5("Qwen2.5-3B", 2048, 11008, 16, 2, 128, 151936, 36, tie_embeddings=True),
+        _qwen2_5("Qwen2.5-7B", 3584, 18944, 28, 4, 128, 152064, 28, tie_embeddings=False),
+        _llama3("Llama-3.2-1B", 2048, 8192, 32, 8, 64, 128256, 16, tie_embeddings=True),
+        _llama3("Llama-3.2-3B", 3072, 8192, 24, 8, 128, 128256, 28, tie_embeddings=True),
+        _llama3("Llama-3.1-8B", 4096, 14336, 32, 8, 128, 128256, 32, tie_embeddings=False),
     )
-}  # fmt: skip
+}
 
 
 def get_model(name: str) -> ModelConfig:
