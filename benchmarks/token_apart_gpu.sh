@@ -13,14 +13,14 @@ export PYTHONPATH=src
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.max.sm --format=csv > "$OUT/card.txt"
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$OUT/card.txt"
 SECONDS=0
-python3 -m pytest -q -m gpu tests/test_token_apart.py tests/test_witness.py \
+timeout ${TEST_S:-240} python3 -m pytest -q -m gpu tests/test_token_apart.py tests/test_witness.py \
   > "$OUT/tests/gpu.txt" 2>&1
 echo "gpu tests rc=$? ${SECONDS}s" >> "$OUT/tests/gpu.txt"
 SECONDS=0
-python3 benchmarks/token_apart.py --device cuda --rounds 30 --repeats 3 "$OUT/apart" \
+timeout ${APART_S:-300} python3 benchmarks/token_apart.py --device cuda --rounds ${ROUNDS:-30} --repeats ${REPEATS:-3} "$OUT/apart" \
   > "$OUT/apart/stdout.txt" 2>&1
 echo "token apart rc=$? ${SECONDS}s" >> "$OUT/apart/stdout.txt"
 SECONDS=0
-python3 benchmarks/witness_gpu.py "$OUT/witness" > "$OUT/witness/stdout.txt" 2>&1
+[ -n "${SKIP_WITNESS:-}" ] || timeout ${WITNESS_S:-200} python3 benchmarks/witness_gpu.py "$OUT/witness" > "$OUT/witness/stdout.txt" 2>&1
 echo "witness rc=$? ${SECONDS}s" >> "$OUT/witness/stdout.txt"
 tar czf "$OUT/all.tgz" -C "$OUT" card.txt tests apart witness

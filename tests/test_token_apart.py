@@ -356,18 +356,55 @@ def test_a_table_whose_plugin_changed_since_is_refused_before_anything_runs(
 
 
 @on_a_card
-def test_on_a_card_work_a_tables_plugin_left_queued_leaves_the_token_without_a_verdict(
+def test_on_a_card_what_a_tables_plugin_queued_at_import_is_drained_before_it_answers(
     in_a_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A plugin that queues ~10 s of kernels on a stream of its own at import:
-    stopping its process stops its host side, not what it queued, which shares the
-    card with this process's own modes by time slices. The canary sees it, and the
-    token's figures are no verdict."""
+    """A plugin that queues ~30 s of kernels on a stream of its own at import: its
+    process synchronizes the whole device before each answer (its build, its
+    replays), so nothing it queued then is left when it is stopped and this process
+    times its own modes — a quiet card, figures that stand. (On an H200 the test
+    took 53 s with 30 s queued, >110 s with 100 s: the wait is the plugin's own.)"""
     cheat = """
 _side = torch.cuda.Stream()
 with torch.cuda.stream(_side):
     for _ in range(1000):
-        torch.cuda._sleep(20_000_000)
+        torch.cuda._sleep(60_000_000)
+"""
+    code, data = token(table_of("busy_at_import", cheat, in_a_repo, "cuda"), device="cuda")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert row(data, "eager")["status"] == row(data, "eager+table")["status"] == "PASS"
+
+
+@on_a_card
+def test_on_a_card_work_a_tables_plugin_left_queued_leaves_the_token_without_a_verdict(
+    in_a_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plugin whose thread keeps one ~6 s kernel in flight on a stream of its own,
+    launching the next the moment the last ends: its process's answer waits for the
+    one in flight, and the next is queued before this process stops it — stopping
+    its host side, not the kernel, which shares the card with this process's own
+    timed modes by time slices. The canary, which waits 5 s for a quiet card, sees
+    it, and the token's figures are no verdict. (Written after the import-time
+    queue above was seen drained on an H200; not yet run on a card.)"""
+    cheat = """
+import threading
+import time
+
+
+def _flood():
+    side = torch.cuda.Stream()
+    done = torch.cuda.Event()
+    done.record(side)
+    while True:
+        if done.query():
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(12_000_000_000)
+                done.record(side)
+        time.sleep(0.0005)
+
+
+threading.Thread(target=_flood, daemon=True).start()
 """
     code, _ = token(table_of("busy_kernels", cheat, in_a_repo, "cuda"), device="cuda")
     err = capsys.readouterr().err

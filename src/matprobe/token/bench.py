@@ -406,7 +406,7 @@ class TokenBench:
 
         if remote is not None:
             return warmed(remote, window)
-        return aside(self.apart, window, self._warm(call))
+        return aside(self.apart, window, self._warm(call, judge))
 
     def _timer(self, name: str, call: TokenCall, judge: ReplayJudge | None) -> Callable[[], float]:
         """One latency sample of ``call``: this process's clock around it, with the
@@ -417,14 +417,17 @@ class TokenBench:
         if remote is not None:
             return warmed(remote, lambda: (kept(), remote.last_us)[1])
         clock = cuda_time_us if self.device == "cuda" else host_time_us
-        return aside(self.apart, lambda: clock(kept), self._warm(call))
+        return aside(self.apart, lambda: clock(kept), self._warm(call, judge))
 
-    def _warm(self, call: TokenCall) -> Callable[[], None]:
-        """``call`` untimed, then the device waited for: a latency replay still
-        starts from an idle card, its launch on the clock."""
+    def _warm(self, call: TokenCall, judge: ReplayJudge | None) -> Callable[[], None]:
+        """``call`` untimed (on an input of its own where judged), then the device
+        waited for: a latency replay still starts from an idle card."""
 
         def warm() -> None:
-            call()
+            if judge is None:
+                call()
+            else:
+                judge.elsewhere(call)
             if self.device == "cuda":
                 torch.cuda.synchronize()
 

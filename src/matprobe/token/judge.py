@@ -7,6 +7,7 @@ after it, and all of them compared with float64 after the rounds
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -66,6 +67,7 @@ class ReplayJudge:
         self.inputs: dict[int, tuple[torch.Tensor, int]] = {}
         self.outputs: list[Kept] = []
         self.last: torch.Tensor | None = None
+        self.posed: int | None = None  # the position :meth:`fresh` posed last
 
     def fresh(self, index: int) -> None:
         x0, position = self.draws.next()
@@ -73,6 +75,21 @@ class ReplayJudge:
         self.owner.place(position)
         self.owner.scramble_new_slot()
         self.inputs[index] = (x0, position)
+        self.posed = position
+
+    def elsewhere(self, call: Callable[[], object]) -> None:
+        """``call`` (the untimed one before a timed replay) on an input drawn for it
+        alone, which no judged replay sees; then the posed input put back and the
+        new KV slot scrambled again."""
+        x0, position = self.draws.next()
+        posed = self.owner.weights.x0.clone()
+        self.owner.weights.x0.copy_(x0)
+        self.owner.place(position)
+        call()
+        self.owner.weights.x0.copy_(posed)
+        if self.posed is not None:
+            self.owner.place(self.posed)
+        self.owner.scramble_new_slot()
 
     def keep_window(
         self, drawn: list[tuple[torch.Tensor, int]], kept: list[torch.Tensor], slot: torch.Tensor
