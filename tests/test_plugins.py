@@ -386,3 +386,84 @@ def test_the_plugin_process_ends_with_the_registry_it_describes(
     del families
     gc.collect()
     assert child.wait(timeout=10) == 0
+
+
+#: A plugin that, on import, starts a thread that writes a tick to a file every
+#: millisecond and a helper in a session of its own that does the same to another.
+BUSY_AT_IMPORT = (
+    """
+import subprocess, sys, threading, time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def _tick(name):
+    with open(HERE / name, "a") as f:
+        while True:
+            f.write("."); f.flush(); time.sleep(0.001)
+
+
+threading.Thread(target=_tick, args=("thread.ticks",), daemon=True).start()
+_helper = subprocess.Popen(
+    [sys.executable, "-c", "import time, pathlib\\n"
+     f"f = open({str(HERE / 'helper.ticks')!r}, 'a')\\n"
+     "while True:\\n    f.write('.'); f.flush(); time.sleep(0.001)"],
+    start_new_session=True,
+)
+(HERE / "helper.pid").write_text(str(_helper.pid))
+while not (HERE / "helper.ticks").exists():  # the helper ticks before the import ends
+    time.sleep(0.01)
+"""
+    + DESCRIBED
+)
+
+
+def _still(path: Path, seconds: float = 0.3) -> bool:
+    """Whether ``path`` did not grow for ``seconds``."""
+    import time
+
+    before = path.stat().st_size
+    time.sleep(seconds)
+    return path.stat().st_size == before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, sends SIGSTOP")
+def test_what_a_plugin_starts_in_the_describing_process_waits_between_questions(
+    write_plugin: Callable[[str, str], str], plugin_dir: Path
+) -> None:
+    """A thread and a helper a plugin starts on import ran through the whole run,
+    beside every timed kernel, in the process that describes its families (on
+    3f0c18f). Now they run only while that process answers a question, and the
+    helper is killed with it."""
+    import gc
+    import time
+
+    from matprobe.measure.device import DeviceInfo
+    from matprobe.run.plugin_process import PluginProcess
+    from matprobe.run.process_tree import stat_fields
+    from matprobe.spec import MatmulSpec
+
+    process = PluginProcess([write_plugin("kernels_busy_at_import", BUSY_AT_IMPORT)])
+    helper = int((plugin_dir / "helper.pid").read_text())
+    ticks = [plugin_dir / "thread.ticks", plugin_dir / "helper.ticks"]
+    assert all(map(_still, ticks))
+    assert stat_fields(process._child.pid)[0] == stat_fields(helper)[0] == "T"
+    spec = MatmulSpec.parse("op=matmul | batch=1 | m=1 | n=64 | k=32 | tA=0 | tB=1 | dtype=f16")
+    cpu = DeviceInfo(kind="cpu", name="test-cpu")
+    assert process.supports("desc.gemv", spec, {"bn": 1}, cpu) is None
+    assert all(map(_still, ticks)) and stat_fields(helper)[0] == "T"
+    child = process._child
+    del process
+    gc.collect()
+    assert child.wait(timeout=10) == 0
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:  # killed, then reaped by whoever adopted it
+        try:
+            if stat_fields(helper)[0] == "Z":
+                break
+        except FileNotFoundError:
+            break
+        time.sleep(0.01)
+    else:
+        raise AssertionError(f"the helper still runs ({stat_fields(helper)[0]})")

@@ -14,7 +14,12 @@ pickle from a process running plugin code could run code when read). The
 families are built, run and judged in the workers, each plugin in its own.
 
 The parent's copy of a plugin family has no builder: building one here is an
-error that says where it runs.
+error that says where it runs. Between questions the child is stopped (SIGSTOP),
+with its group and what it started (:mod:`~matprobe.run.process_tree`): a thread
+or helper a plugin starts on import runs only while a question is answered —
+during planning — never while a worker or a witness times a kernel; and it is
+killed with the child. (A helper that leaves the group and is orphaned goes to
+init, not to a subreaper of the judge's, and is not found here.)
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import weakref
@@ -39,6 +45,7 @@ from matprobe.measure.variants import (
     resolve_factory,
     with_plugins,
 )
+from matprobe.run import process_tree
 from matprobe.spec import MatmulSpec
 
 #: The family fields a description carries, and how each is read back.
@@ -128,14 +135,19 @@ class PluginProcess:
             pass_fds=(write_replies,),
             text=True,
             env={**os.environ, "PYTHONPATH": path},
+            start_new_session=True,  # a group of its own, stopped and killed as one
         )
+        self._held: set[int] = set()
+        self._answers: dict[str, dict[str, Any]] = {}
         os.close(write_replies)
         self._replies = os.fdopen(read_replies, encoding="utf-8")
         assert self._child.stdin is not None
         self._requests = self._child.stdin
         # The child ends when its registry is dropped (or at exit): nothing here
         # holds this object alive, so many runs in one process leave no children.
-        self.close = weakref.finalize(self, _end, self._child, self._requests, self._replies)
+        self.close = weakref.finalize(
+            self, _end, self._child, self._requests, self._replies, self._held
+        )
         first = self._ask({"plugins": list(plugins), "path": list(sys.path)})
         if "error" in first:
             self.close()
@@ -143,12 +155,17 @@ class PluginProcess:
         self.described: list[dict[str, Any]] = list(first["families"])
 
     def _ask(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """``message`` answered by the child, woken for it and stopped again after."""
+        process_tree.thaw(self._child.pid, self._held)
+        self._held.clear()
         try:
             self._requests.write(json.dumps(message) + "\n")
             self._requests.flush()
             line = self._replies.readline()
         except (BrokenPipeError, OSError):
             line = ""
+        finally:
+            self._held |= process_tree.freeze(self._child.pid, None, set())
         if not line:
             code = self._child.poll()
             raise MatprobeError(f"the process that imports the plugins ended (exit code {code})")
@@ -160,10 +177,13 @@ class PluginProcess:
     def supports(
         self, family: str, spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
     ) -> str | None:
-        answer = self._ask(
-            {"family": family, "params": dict(params), "spec": spec.to_dict(),
-             "device": device.to_dict()}
-        )  # fmt: skip
+        question = {"family": family, "params": dict(params), "spec": spec.to_dict(),
+                    "device": device.to_dict()}  # fmt: skip
+        # Asked once each: a plan asks again what it asked before (each ask wakes
+        # the child and stops it again: two looks through /proc, ~7 ms on a 2-core VM).
+        key = json.dumps(question, sort_keys=True)
+        if (answer := self._answers.get(key)) is None:
+            answer = self._answers[key] = self._ask(question)
         if "error" in answer:
             raise MatprobeError(f"family {family!r}: its supports check raised {answer['error']}")
         reason = answer.get("reason")
@@ -195,8 +215,11 @@ class PluginProcess:
         )
 
 
-def _end(child: subprocess.Popen[str], requests: Any, replies: Any) -> None:
-    """Close the child's pipe (it exits at the end of its input) and wait for it."""
+def _end(child: subprocess.Popen[str], requests: Any, replies: Any, held: set[int]) -> None:
+    """Close the child's pipe (it exits at the end of its input) and wait for it;
+    what it started killed after it."""
+    helpers = process_tree.started_by(child.pid, None, set()) - {child.pid}
+    process_tree.thaw(child.pid, held)
     if child.poll() is None:
         with contextlib.suppress(OSError):
             requests.close()
@@ -206,6 +229,9 @@ def _end(child: subprocess.Popen[str], requests: Any, replies: Any) -> None:
             child.kill()
             child.wait()
     replies.close()
+    if hasattr(signal, "SIGKILL"):
+        process_tree.signal_all(helpers, signal.SIGKILL)
+        process_tree.signal_group(child.pid, signal.SIGKILL)
 
 
 def described_plugin_families(plugins: Sequence[str]) -> Callable[[str], tuple[VariantFamily, ...]]:

@@ -113,21 +113,13 @@ class WitnessProcess:
         try:
             yield
         finally:
-            process_tree.signal_all(frozen, signal.SIGCONT)
-            process_tree.signal_group(pid, signal.SIGCONT)
+            process_tree.thaw(pid, frozen)
 
     def _freeze(self, pid: int | None) -> set[int]:
-        """SIGSTOP to what ``pid`` (None: a process already gone) started, and to
-        ``pid``, until a look finds nothing new (a stopped process starts none, and
-        Linux restarts a fork that a stop signal met); the processes stopped."""
-        if pid is not None:
-            process_tree.signal_group(pid, signal.SIGSTOP)
+        """What ``pid`` (None: a process already gone) started, and ``pid``, stopped
+        (:func:`~matprobe.run.process_tree.freeze`): the judge's own children known."""
         known = {child.pid or 0 for child in multiprocessing.active_children()}
-        frozen: set[int] = set()
-        while found := process_tree.started_by(pid, self._server, known) - frozen:
-            process_tree.signal_all(found, signal.SIGSTOP)
-            frozen |= found
-        return frozen
+        return process_tree.freeze(pid, self._server, known)
 
     def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
