@@ -28,6 +28,10 @@ from matprobe.measure.timing import TimingPolicy
 
 if "TRITON_INTERPRET" not in os.environ and not cuda_available():
     os.environ["TRITON_INTERPRET"] = "1"
+#: The switch as this session starts: a test module that flips it at import turns
+#: every kernel defined after it into an interpreted one (on a card, 46 of the GPU
+#: tests failed so when the whole suite was collected), so collection checks it.
+_INTERPRET_AT_START = os.environ.get("TRITON_INTERPRET")
 
 #: The CPU as the harness's tests name it (the device most of them measure on).
 CPU = DeviceInfo(kind="cpu", name="test-cpu")
@@ -84,6 +88,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "interpreter: runs Triton kernels in the interpreter (needs TRITON_INTERPRET=1)"
     )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    now = os.environ.get("TRITON_INTERPRET")
+    if now != _INTERPRET_AT_START:
+        raise pytest.UsageError(
+            f"a test module changed TRITON_INTERPRET at import ({_INTERPRET_AT_START!r} -> "
+            f"{now!r}): mark its tests `interpreter` instead (conftest sets the switch)"
+        )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

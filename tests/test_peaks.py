@@ -1,14 +1,12 @@
 """The streaming-read ceiling kernel on the CPU, in the Triton interpreter: it must
 read every element exactly once (a kernel that skips data would report a ceiling
-no real kernel reaches), and the sweep's plumbing must stay GPU-free on import."""
+no real kernel reaches), and the sweep's plumbing must stay GPU-free on import.
+
+The kernel's tests are marked ``interpreter`` (conftest sets the switch where no GPU
+is, before any module imports triton): setting it here, at import, would turn every
+later-defined kernel of a GPU session into an interpreted one."""
 
 from __future__ import annotations
-
-import os
-
-# Must precede the kernel's definition: @triton.jit picks the interpreter when it
-# runs, and peaks.py defines its kernel on first use.
-os.environ["TRITON_INTERPRET"] = "1"
 
 import subprocess
 import sys
@@ -30,6 +28,7 @@ from matprobe.measure.peaks import (  # noqa: E402
 DTYPES = {"f16": torch.float16, "f32": torch.float32}
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", ["f16", "f32"])
 @pytest.mark.parametrize("n", [1, 1000, 12345])
 @pytest.mark.parametrize(("programs", "block"), [(1, 64), (3, 128), (5, 4096)])
@@ -44,6 +43,7 @@ def test_the_partials_sum_to_the_whole_buffer(
     assert partials.double().sum().item() == pytest.approx(want, rel=1e-5)
 
 
+@pytest.mark.interpreter
 def test_each_program_reads_its_own_strided_blocks_and_the_tail_once() -> None:
     """Block b belongs to program b mod G; the ragged tail to program 0 only."""
     block, programs = 64, 3
@@ -57,6 +57,7 @@ def test_each_program_reads_its_own_strided_blocks_and_the_tail_once() -> None:
     assert partials == pytest.approx(per)
 
 
+@pytest.mark.interpreter
 def test_operands_it_cannot_read_are_rejected() -> None:
     with pytest.raises(ValueError, match="contiguous"):
         stream_read(torch.ones(8, 8).t(), 1, 64)
