@@ -4,7 +4,7 @@ TRITON_INTERPRET: the Triton families' tests run their kernels in Triton's
 interpreter on the CPU. A ``@triton.jit`` function decides when it is defined
 whether it is interpreted, so the switch is set here, once, before any test
 module imports triton — except on a machine with a CUDA GPU, where the GPU
-tests (``pytest -m gpu tests/test_gpu.py``) need compiled kernels and the
+tests (``pytest -m gpu``) need compiled kernels and the
 tests marked ``interpreter`` skip themselves. Set TRITON_INTERPRET yourself to
 choose either way.
 """
