@@ -365,21 +365,27 @@ def test_a_baseline_that_fails_is_reported_and_others_face_the_absolute_bound() 
 
 def test_tolerances_follow_the_baseline_with_a_floor() -> None:
     u = 2.0**-11
-    loose = relative_to_baseline(LogitError(10 * u, 30 * u, 0), "f16")
+    loose = relative_to_baseline(LogitError(10 * u, 30 * u, 0), "f16", 4864)
     assert (loose.norm_rel, loose.max_rel) == (20 * u, 90 * u)
-    exact = relative_to_baseline(LogitError(0.0, 0.0, 0), "f16")
+    exact = relative_to_baseline(LogitError(0.0, 0.0, 0), "f16", 4864)
     assert (exact.norm_rel, exact.max_rel) == (2 * u, 8 * u)
     assert "NaN" in (exact.failure(LogitError(math.inf, math.inf, 3)) or "")
     # the baseline's own bound grows with depth and, in f32, with the accumulation
     assert baseline_bound("bf16", 24, 896).norm_rel > baseline_bound("bf16", 2, 896).norm_rel
     f32 = baseline_bound("f32", 24, 4864)
     assert 100 * 2.0**-24 < f32.norm_rel < 2.0**-13  # catches TF32 (≈ 2⁻¹¹ a matmul)
+    # in f32 an exact baseline still leaves room for an honest other summation order
+    # (≈ √k roundings), and none for TF32
+    f32_exact = relative_to_baseline(LogitError(0.0, 0.0, 0), "f32", 64)
+    assert f32_exact.norm_rel == pytest.approx(2 * 8 * 2.0**-24)
+    assert 10 * 2.0**-24 < f32_exact.norm_rel < 2.0**-13
+    assert f32_exact.max_rel == pytest.approx(4 * f32_exact.norm_rel)
 
 
 @pytest.mark.parametrize("which", ["norm", "max"])
 def test_a_failing_token_prints_its_figure_and_its_bound_apart(which: str) -> None:
     """As a matmul's failure does (issue 21): never "1.50e-03 > 1.50e-03"."""
-    bound = relative_to_baseline(LogitError(7.5e-4, 2.5e-4, 0), "f16")  # 1.5e-3, 8u
+    bound = relative_to_baseline(LogitError(7.5e-4, 2.5e-4, 0), "f16", 896)  # 1.5e-3, 8u
     figure = (bound.norm_rel if which == "norm" else bound.max_rel) * (1 + 2e-4)
     error = LogitError(figure, 0.0, 0) if which == "norm" else LogitError(0.0, figure, 0)
     message = bound.failure(error) or ""

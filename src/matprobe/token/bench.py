@@ -377,7 +377,7 @@ class TokenBench:
             self.progress(f"{mode.name}: {result.status} {result.reason}".rstrip())
             if mode.own.name == BASELINE and result.status == "PASS" and result.error is not None:
                 dtype = mode.peer or self.dtype
-                tolerances[mode.peer] = relative_to_baseline(result.error, dtype)
+                tolerances[mode.peer] = relative_to_baseline(result.error, dtype, k_max)
             if call is not None:
                 calls[mode.name] = call
         return results, calls, tolerances
