@@ -142,13 +142,16 @@ class Tolerance:
         return {"norm_rel": self.norm_rel, "max_rel": self.max_rel, "basis": self.basis}
 
 
+def accumulation_error(k_max: int) -> float:
+    """What the order of an fp32 sum of ``k_max`` products may move a result by: two
+    honest kernels summing in different orders differ by about this much."""
+    return BASELINE_ACCUMULATION * math.sqrt(k_max) * FP32_ROUNDOFF
+
+
 def baseline_bound(dtype: str, layers: int, k_max: int) -> Tolerance:
     """What the baseline itself must meet (see the module doc)."""
     u = UNIT_ROUNDOFF[dtype]
-    norm = (
-        BASELINE_ROUNDINGS * math.sqrt(layers + 1) * u
-        + BASELINE_ACCUMULATION * math.sqrt(k_max) * FP32_ROUNDOFF
-    )
+    norm = BASELINE_ROUNDINGS * math.sqrt(layers + 1) * u + accumulation_error(k_max)
     return Tolerance(norm, MAX_OVER_NORM * norm, f"{dtype} bound for {layers} layers")
 
 
@@ -159,7 +162,7 @@ def relative_to_baseline(baseline: LogitError, dtype: str, k_max: int) -> Tolera
     √k·2⁻²⁴ each, so a baseline that happened to be exact at one input (the test
     model's new key at layer 1: 3.9 u against an honest 10 u) fails no honest kernel."""
     u = UNIT_ROUNDOFF[dtype]
-    accumulation = BASELINE_ACCUMULATION * math.sqrt(k_max) * FP32_ROUNDOFF
+    accumulation = accumulation_error(k_max)
     norm_floor = max(NORM_FLOOR * u, accumulation)
     return Tolerance(
         norm_rel=max(NORM_FACTOR * baseline.norm_rel, norm_floor),
