@@ -8,10 +8,13 @@ that kills the server costs the processes after it only their speed.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import platform
 import signal
+import subprocess
+import sys
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -32,10 +35,12 @@ def _report(conn: Connection, name: str) -> None:
 
 
 def _kill_the_server(conn: Connection, name: str) -> None:
-    """Kill this process's parent — the fork server where there is one — then report."""
+    """Report, then kill this process's parent — the fork server where there is one
+    (and this process with it: a fork of the server dies with the server)."""
+    _report(conn, name)
     if processes.context().get_start_method() == "forkserver":
         os.kill(os.getppid(), signal.SIGKILL)
-    _report(conn, name)
+        time.sleep(60)  # killed with the server, long before this ends
 
 
 def _start(name: str, target=_report) -> tuple[str | None, bool]:  # type: ignore[no-untyped-def]
@@ -74,7 +79,7 @@ import os, sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 import multiprocessing.forkserver
 from matprobe.run import process_tree, processes
-from test_processes import _kill_the_server, _start
+from test_processes import _kill_the_server, _start, _up_then_sleep
 {steps}
 """
     return python_c(code).splitlines()
@@ -143,3 +148,81 @@ def test_the_server_adopts_the_orphans_of_its_children_the_judge_does_not() -> N
     got = ctypes.c_int(-1)  # prctl PR_GET_CHILD_SUBREAPER (37) of this process
     assert ctypes.CDLL(None).prctl(37, ctypes.byref(got), 0, 0, 0) == 0
     assert got.value == 0
+
+
+def _up_then_sleep(conn: Connection) -> None:
+    """Say so once running (its death with its parent asked for), then wait."""
+    conn.send("up")
+    conn.close()
+    time.sleep(120)
+
+
+def _gone(pid: int, seconds: float = 30) -> bool:
+    """Whether ``pid`` ends (gone, or a zombie awaiting its reaper) within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if process_tree.stat_fields(pid)[0] == "Z":
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _judge_killed_after(steps: str) -> int:
+    """The pid a fresh interpreter prints after ``steps`` (a process it started),
+    stopped with SIGSTOP, as the witness and the describer stop theirs; then that
+    interpreter killed with SIGKILL, as a time limit or the OOM killer kills."""
+    code = f"""
+import multiprocessing, sys, time
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from matprobe.run import processes
+from test_processes import _up_then_sleep
+{steps}
+time.sleep(120)
+"""
+    judge = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert judge.stdout is not None
+        pid = int(judge.stdout.readline())
+        os.kill(pid, signal.SIGSTOP)
+    finally:
+        judge.kill()
+        judge.wait()
+    return pid
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="children fork from a server on Linux")
+def test_a_judge_killed_with_sigkill_leaves_no_fork_behind_even_a_stopped_one() -> None:
+    """A witness's plugin process is stopped while the judge times. A judge killed
+    with SIGKILL left it stopped for ever (with its memory and, on a card, its
+    context and what it queued: seen after a killed test run on an H200). The
+    server ends at the end of the judge's pipe, and its forks die with it."""
+    pid = _judge_killed_after(
+        "mine, theirs = multiprocessing.Pipe()\n"
+        "child = processes.start(_up_then_sleep, (theirs,))\n"
+        "assert mine.recv() == 'up'\n"
+        "print(child.pid, flush=True)"
+    )
+    try:
+        assert _gone(pid), f"the fork is still there ({process_tree.stat_fields(pid)[0]})"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl, SIGSTOP")
+def test_a_judge_killed_with_sigkill_leaves_no_plugin_describer_behind() -> None:
+    """The process that imports the plugins is stopped between questions: a judge
+    killed with SIGKILL left it stopped for ever. It dies with the judge now."""
+    pid = _judge_killed_after(
+        "from matprobe.run.plugin_process import PluginProcess\n"
+        "describer = PluginProcess(['fake_variants'])\n"
+        "print(describer._child.pid, flush=True)"
+    )
+    try:
+        assert _gone(pid), f"the describer is still there ({process_tree.stat_fields(pid)[0]})"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

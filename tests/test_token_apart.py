@@ -380,13 +380,14 @@ with torch.cuda.stream(_side):
 def test_on_a_card_work_a_tables_plugin_left_queued_leaves_the_token_without_a_verdict(
     in_a_repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A plugin whose thread keeps one ~6 s kernel in flight on a stream of its own,
-    launching the next the moment the last ends: its process's answer waits for the
-    one in flight, and the next is queued before this process stops it — stopping
-    its host side, not the kernel, which shares the card with this process's own
-    timed modes by time slices. The canary, which waits 5 s for a quiet card, sees
-    it, and the token's figures are no verdict. (Written after the import-time
-    queue above was seen drained on an H200; not yet run on a card.)"""
+    """A plugin whose thread keeps two ~6 s kernels queued on a stream of its own,
+    queueing another the moment the first of them ends: its process's answer waits
+    for the work queued before it, and at least one kernel is left in flight when
+    this process stops it — stopping its host side, not the kernel, which shares
+    the card with this process's own timed modes by time slices. The canary, which
+    waits 5 s for a quiet card, sees it, and the token's figures are no verdict.
+    (One kernel at a time raced: on an H200 this test passed once and failed once,
+    the answer sent before the thread queued the next.)"""
     cheat = """
 import threading
 import time
@@ -394,13 +395,15 @@ import time
 
 def _flood():
     side = torch.cuda.Stream()
-    done = torch.cuda.Event()
-    done.record(side)
+    queued = []
     while True:
-        if done.query():
+        queued = [done for done in queued if not done.query()]
+        while len(queued) < 2:
             with torch.cuda.stream(side):
                 torch.cuda._sleep(12_000_000_000)
+                done = torch.cuda.Event()
                 done.record(side)
+            queued.append(done)
         time.sleep(0.0005)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 #: Event types of the metallic schema (DESIGN.md §3.2), in the schema's order; the
 #: synthetic generator (``matprobe.profile.synth``) emits each. Others are counted and reported.
@@ -58,6 +58,20 @@ Samples = array  # array('d') of durations in microseconds
 
 def _samples() -> array[float]:
     return array("d")
+
+
+#: The scan's per-key sample groups that the analyzer prints as a section of the
+#: same name (the synthetic generator's answer key names its sections after them).
+SECTION_GROUPS: Final[tuple[str, ...]] = (
+    "internal_by_parent",
+    "internal_by_parent_op",
+    "gpu_kernels",
+    "gpu_kernel_types",
+    "gpu_waits",
+    "cb_gpu",
+    "matmul_backends",
+    "matmul_op_backends",
+)
 
 
 @dataclass
@@ -140,18 +154,7 @@ class ProfileScan:
     )
     problems: Problems = field(default_factory=Problems)
 
-    _GROUPS = (
-        "event_durations",
-        "internal_by_parent",
-        "internal_by_parent_op",
-        "kernels",
-        "gpu_kernels",
-        "gpu_kernel_types",
-        "gpu_waits",
-        "cb_gpu",
-        "matmul_backends",
-        "matmul_op_backends",
-    )
+    _GROUPS = ("event_durations", "kernels", *SECTION_GROUPS)
     _COUNTERS = (
         "event_counts",
         "selection_by_backend",

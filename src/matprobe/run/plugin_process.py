@@ -30,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -129,8 +130,12 @@ class PluginProcess:
         # relative PYTHONPATH, then a chdir, would lose it); its sys.path follows.
         here = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+        # It dies with this process (stopped as it is between questions, it would
+        # outlive a SIGKILL of this one for ever), but only if started from the main
+        # thread: the kernel signals the end of the thread that started it.
+        parent = os.getpid() if threading.current_thread() is threading.main_thread() else 0
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "matprobe.run.plugin_process", str(write_replies)],
+            [sys.executable, "-m", "matprobe.run.plugin_process", str(write_replies), str(parent)],
             stdin=subprocess.PIPE,
             pass_fds=(write_replies,),
             text=True,
@@ -255,5 +260,7 @@ def described_registry(factory: str = SHIPPED_FACTORY, plugins: Sequence[str] = 
 
 
 if __name__ == "__main__":
+    if int(sys.argv[2]):
+        process_tree.die_with_parent(int(sys.argv[2]))
     with os.fdopen(int(sys.argv[1]), "w", encoding="utf-8") as _replies:
         _serve(sys.stdin, _replies)

@@ -28,6 +28,9 @@ from types import FrameType
 #: ``prctl`` option (linux/prctl.h): orphans below this process become its children.
 PR_SET_CHILD_SUBREAPER = 36
 
+#: ``prctl`` option (linux/prctl.h): the signal this process gets when its parent ends.
+PR_SET_PDEATHSIG = 1
+
 
 def stat_fields(pid: int) -> list[str]:
     """The fields of ``/proc/PID/stat`` after ``(comm)`` — ``[state, ppid, pgrp, …]``;
@@ -150,6 +153,27 @@ def become_subreaper() -> bool:
         return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
+
+
+def die_with_parent(parent: int) -> None:
+    """SIGKILL to this process once ``parent``, the process that started it, ends
+    (Linux; elsewhere nothing) — ends it now if ``parent`` already has. A process
+    the judge stops while it times (a plugin's describer between questions, a
+    witness's plugin process) would otherwise stay stopped for ever when the judge
+    is killed with SIGKILL: holding its memory and, on a card, its context with
+    whatever it queued. The kernel sends the signal when the *thread* that forked
+    this process ends, so the parent must start it from a thread that outlives it
+    (its main thread; the fork server's only one). A plugin running in this process
+    can undo it (it runs as the user): this is for a judge that dies, not a defence."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the signal was asked for
+        os._exit(1)
 
 
 def _imported_by_the_fork_server() -> bool:

@@ -24,6 +24,7 @@ and start the processes that follow. Neither start method is a sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import platform
@@ -31,6 +32,8 @@ from collections.abc import Callable, Mapping
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
+
+from matprobe.run import process_tree
 
 #: What the fork server imports once, before any child: torch, and matprobe's own
 #: code that every worker and witness process sets up with — its measuring loop,
@@ -77,12 +80,39 @@ def start(target: Callable[..., Any], args: tuple[Any, ...]) -> BaseProcess:
 
 
 def _process(ctx: BaseContext, target: Callable[..., Any], args: tuple[Any, ...]) -> BaseProcess:
+    forked = ctx.get_start_method() == "forkserver"
     return ctx.Process(  # type: ignore[attr-defined, no-any-return]
-        target=_in_environment, args=(dict(os.environ), target, *args), daemon=True
+        target=_in_environment, args=(dict(os.environ), forked, target, *args), daemon=True
     )
 
 
-def _in_environment(environment: Mapping[str, str], target: Callable[..., Any], *args: Any) -> None:
+def _in_environment(
+    environment: Mapping[str, str], forked: bool, target: Callable[..., Any], *args: Any
+) -> None:
+    # A fork of the server dies with it, and the server ends when the judge does:
+    # a judge killed with SIGKILL leaves no worker or witness behind, stopped or
+    # running kernels. (Only a fork of the server: a spawned child's parent is the
+    # thread of the judge's that started it, which may end first.)
+    if forked:
+        _let_the_server_end_with_the_judge()
+        process_tree.die_with_parent(os.getppid())
     os.environ.clear()
     os.environ.update(environment)
     target(*args)
+
+
+def _let_the_server_end_with_the_judge() -> None:
+    """Close this fork's copy of the write end of the server's "alive" pipe.
+    multiprocessing hands one to every fork and the server ends only when all are
+    closed, so a judge killed with SIGKILL left the server, and the forks it had
+    stopped, for ever (seen after a killed test run: a stopped witness, its card
+    context with it). A fork that starts processes of its own gets a server of its
+    own. (A private attribute of multiprocessing's, where it has one.)"""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = None  # type: ignore[union-attr]

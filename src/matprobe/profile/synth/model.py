@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from matprobe.errors import MatprobeError
+from matprobe.profile.events import SECTION_GROUPS
 from matprobe.profile.models import MODELS
 
 
@@ -17,19 +18,7 @@ class SynthError(MatprobeError, ValueError):
 
 
 #: Section names of :attr:`Truth.groups` (all present, possibly empty).
-SECTIONS: Final[tuple[str, ...]] = (
-    "event_types",
-    "sync",
-    "internal_by_parent",
-    "internal_by_parent_op",
-    "kernel_aggregate",
-    "gpu_kernels",
-    "gpu_kernel_types",
-    "gpu_waits",
-    "cb_gpu",
-    "matmul_backends",
-    "matmul_op_backends",
-)
+SECTIONS: Final[tuple[str, ...]] = ("event_types", "sync", "kernel_aggregate", *SECTION_GROUPS)
 
 #: Categories of :attr:`Truth.bad_lines` (all present, possibly empty).
 BAD_CATEGORIES: Final[tuple[str, ...]] = (
