@@ -4,6 +4,7 @@ mistake in a plugin is one line and exit status 2."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import io
@@ -467,3 +468,67 @@ def test_what_a_plugin_starts_in_the_describing_process_waits_between_questions(
         time.sleep(0.01)
     else:
         raise AssertionError(f"the helper still runs ({stat_fields(helper)[0]})")
+
+
+#: A plugin that, on import, forks a helper that leaves the session and then its
+#: parent (an orphan), ticking into a file every millisecond.
+ORPHAN_AT_IMPORT = (
+    """
+import os, time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(HERE / "orphan.ticks", "a") as f:
+            (HERE / "orphan.pid").write_text(str(os.getpid()))
+            while True:
+                f.write("."); f.flush(); time.sleep(0.001)
+    os._exit(0)
+os.wait()
+while not (HERE / "orphan.pid").exists():  # it ticks before the import ends
+    time.sleep(0.01)
+"""
+    + DESCRIBED
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, sends SIGSTOP")
+def test_a_helper_a_plugin_orphans_in_the_describing_process_waits_and_ends_with_it(
+    write_plugin: Callable[[str, str], str], plugin_dir: Path
+) -> None:
+    """A helper that left its session and its parent went to init: it ticked through
+    the whole run and outlived it (until the twenty-eighth session). The describing
+    process is a child subreaper: the orphan is its child, stopped between
+    questions and killed with it."""
+    import gc
+    import os
+    import signal
+    import time
+
+    from matprobe.run.plugin_process import PluginProcess
+    from matprobe.run.process_tree import parent_of, stat_fields
+
+    process = PluginProcess([write_plugin("kernels_orphaning", ORPHAN_AT_IMPORT)])
+    orphan = int((plugin_dir / "orphan.pid").read_text())
+    try:
+        assert parent_of(orphan) == process._child.pid
+        assert _still(plugin_dir / "orphan.ticks") and stat_fields(orphan)[0] == "T"
+        child = process._child
+        del process
+        gc.collect()
+        assert child.wait(timeout=10) == 0
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # killed, then reaped by whoever adopted it
+            try:
+                if stat_fields(orphan)[0] == "Z":
+                    break
+            except FileNotFoundError:
+                break
+            time.sleep(0.01)
+        else:
+            raise AssertionError(f"the orphan still runs ({stat_fields(orphan)[0]})")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(orphan, signal.SIGKILL)

@@ -18,8 +18,10 @@ error that says where it runs. Between questions the child is stopped (SIGSTOP),
 with its group and what it started (:mod:`~matprobe.run.process_tree`): a thread
 or helper a plugin starts on import runs only while a question is answered —
 during planning — never while a worker or a witness times a kernel; and it is
-killed with the child. (A helper that leaves the group and is orphaned goes to
-init, not to a subreaper of the judge's, and is not found here.)
+killed with the child; the child is a child subreaper, so a helper that leaves
+the group and its parent is handed to it and found the same way. (A plugin can
+undo that, or a helper leave before the child is stopped: this process runs as
+the user, not in a sandbox.)
 """
 
 from __future__ import annotations
@@ -262,5 +264,8 @@ def described_registry(factory: str = SHIPPED_FACTORY, plugins: Sequence[str] = 
 if __name__ == "__main__":
     if int(sys.argv[2]):
         process_tree.die_with_parent(int(sys.argv[2]))
+    # Before any plugin is imported: a helper one orphans becomes this process's
+    # child, stopped with it between questions and killed with it (it went to init).
+    process_tree.become_subreaper()
     with os.fdopen(int(sys.argv[1]), "w", encoding="utf-8") as _replies:
         _serve(sys.stdin, _replies)

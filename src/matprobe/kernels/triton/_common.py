@@ -167,13 +167,30 @@ def q8_k_reason(k: int) -> str | None:
     return None
 
 
-def spill_reason(bn: int, bk: int, warps: int, max_per_thread: int) -> str | None:
+#: Most fp32 tile elements a thread of a GEMV holds in registers before they spill
+#: (every live tile counted: gate and up are two).
+MAX_PER_THREAD = 256
+
+#: K loops of a decode GEMV up to this many tiles are unrolled at compile time.
+MAX_UNROLLED_TILES = 32
+
+
+def spill_reason(
+    bn: int, bk: int, warps: int, max_per_thread: int = MAX_PER_THREAD, *, tiles: str = ""
+) -> str | None:
     """Why a ``bn``×``bk`` register tile over ``warps`` warps is too large: more
-    than ``max_per_thread`` elements a thread, where the registers would spill."""
-    if bn * bk > max_per_thread * 32 * warps:
+    than ``max_per_thread`` elements a thread, where the registers would spill.
+    ``tiles`` names two live tiles of that size (``"gate and up"``), counted twice."""
+    live = 2 if tiles else 1
+    if live * bn * bk > max_per_thread * 32 * warps:
+        what = (
+            f"two tiles {bn}×{bk} ({tiles}) over w={warps} warps are"
+            if tiles
+            else (f"tile {bn}×{bk} over w={warps} warps is")
+        )
         return (
-            f"tile {bn}×{bk} over w={warps} warps is {bn * bk // (32 * warps)} elements "
-            f"per thread, > {max_per_thread}: registers would spill (raise w or lower bn)"
+            f"{what} {live * bn * bk // (32 * warps)} elements per thread, "
+            f"> {max_per_thread}: registers would spill (raise w or lower bn)"
         )
     return None
 

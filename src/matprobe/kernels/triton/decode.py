@@ -34,12 +34,6 @@ if TYPE_CHECKING:
 
 NAME = "triton.gemv_decode"
 
-#: K loops up to this many tiles are unrolled (down's k = 4864 is 5 of 1024).
-MAX_UNROLLED_TILES = 32
-
-#: Most tile elements a thread may hold (both tiles when SwiGLU) before spilling.
-MAX_PER_THREAD = 256
-
 KERNELS_SOURCE: str = common.kernels_source(__file__, "_decode_kernels.py")
 
 
@@ -61,15 +55,10 @@ def tile_problem(tile: DecodeTile, *, k: int, swiglu: bool, quantized: bool) -> 
     bn, bk, warps = tile.bn, tile.bk, tile.warps
     if (reason := common.tile_reason(bn, bk, warps, min_bk=Q8_0_BLOCK)) is not None:
         return reason
-    tiles = 2 if swiglu else 1
-    if tiles * bn * bk > MAX_PER_THREAD * 32 * warps:
-        return (
-            f"{tiles} tile(s) {bn}×{bk} over w={warps} warps are "
-            f"{tiles * bn * bk // (32 * warps)} elements per thread, > {MAX_PER_THREAD}: "
-            "registers would spill (raise w or lower bn)"
-        )
-    return (common.q8_k_reason(k) if quantized else None) or common.unroll_reason(
-        k, bk, MAX_UNROLLED_TILES
+    return (
+        common.spill_reason(bn, bk, warps, tiles="gate and up" if swiglu else "")
+        or (common.q8_k_reason(k) if quantized else None)
+        or common.unroll_reason(k, bk, common.MAX_UNROLLED_TILES)
     )
 
 

@@ -35,9 +35,6 @@ MAX_UNROLLED_TILES = 16
 #: K tiles wider than this are for holding a long K whole (pdl=1 needs it).
 WIDE_TILE = 1024
 
-#: Most W-tile elements a thread may hold before the registers spill.
-MAX_PER_THREAD = 256
-
 #: The kernel's source, read without importing it (part of the fingerprint).
 KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_kernels.py")
 
@@ -50,7 +47,7 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         return reason
     # tile_reason checked them: the assert narrows the types
     assert common.is_pow2(bn) and common.is_pow2(bk) and common.is_pow2(warps)
-    if (reason := common.spill_reason(bn, bk, warps, MAX_PER_THREAD)) is not None:
+    if (reason := common.spill_reason(bn, bk, warps)) is not None:
         return reason
     batch, n, k = spec.batch or 0, spec.n_total or 0, spec.k or 0
     if bk > WIDE_TILE and bk >= 2 * k:

@@ -24,12 +24,6 @@ if TYPE_CHECKING:
 
 NAME = "triton.gemv_q8"
 
-#: K loops up to this many tiles are unrolled (the LM head's k = 896 is one or a few).
-MAX_UNROLLED_TILES = 32
-
-#: Most tile elements a thread may hold before the registers spill.
-MAX_PER_THREAD = 256
-
 KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_q8_kernels.py")
 
 
@@ -46,8 +40,8 @@ def q8_gemv_reason(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceIn
     # tile_reason checked them: the assert narrows the types
     assert common.is_pow2(bn) and common.is_pow2(bk) and common.is_pow2(warps)
     return (
-        common.spill_reason(bn, bk, warps, MAX_PER_THREAD)
-        or common.unroll_reason(k, bk, MAX_UNROLLED_TILES)
+        common.spill_reason(bn, bk, warps)
+        or common.unroll_reason(k, bk, common.MAX_UNROLLED_TILES)
         or common.interpreter_too_large(device, spec.batch or 0, spec.n_total or 0, k)
     )
 

@@ -27,13 +27,6 @@ if TYPE_CHECKING:
 
 NAME = "triton.gemv_swiglu"
 
-#: K loops up to this many tiles are unrolled (gate_up's k = 896 is one or two).
-MAX_UNROLLED_TILES = 32
-
-#: Most tile elements a thread may hold before the registers spill — for both
-#: tiles together (gate and up), so each gets half of what a plain GEMV's gets.
-MAX_PER_THREAD = 256
-
 KERNELS_SOURCE: str = common.kernels_source(__file__, "_gemv_swiglu_kernels.py")
 
 
@@ -52,14 +45,10 @@ def _supports(spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo) -
         return reason
     # tile_reason checked them: the assert narrows the types
     assert common.is_pow2(bn) and common.is_pow2(bk) and common.is_pow2(warps)
-    if 2 * bn * bk > MAX_PER_THREAD * 32 * warps:
-        return (
-            f"two tiles {bn}×{bk} (gate and up) over w={warps} warps are "
-            f"{2 * bn * bk // (32 * warps)} elements per thread, > {MAX_PER_THREAD}: "
-            "registers would spill (raise w or lower bn)"
-        )
-    return common.unroll_reason(k, bk, MAX_UNROLLED_TILES) or common.interpreter_too_large(
-        device, spec.batch or 0, spec.n_total or 0, k
+    return (
+        common.spill_reason(bn, bk, warps, tiles="gate and up")
+        or common.unroll_reason(k, bk, common.MAX_UNROLLED_TILES)
+        or common.interpreter_too_large(device, spec.batch or 0, spec.n_total or 0, k)
     )
 
 

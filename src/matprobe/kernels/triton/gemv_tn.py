@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from matprobe.kernels.triton import _common as common
-from matprobe.measure.variants import KernelFn, VariantFamily
+from matprobe.measure.variants import VariantFamily
 from matprobe.spec import MatmulSpec
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ class GemvTNKernel:
             )  # fmt: skip
 
 
-@common.triton_family(
+GEMV_TN: VariantFamily = common.triton_family(
     name=NAME,
     ops=common.MATMUL_OPS,
     supports=_supports,
@@ -173,12 +173,8 @@ class GemvTNKernel:
     # short contexts, the automatic split for QKV and long ones.
     grid={"bn": (32, 128), "bk": (64,), "split": (1, 0), "w": (4,), "fin": ("last",)},
     dtypes=("f32", "f16", "bf16"),
-)
-def GEMV_TN(  # noqa: N802 - the family is a module constant
-    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
-) -> KernelFn:
-    """Triton GEMV for W [k, n]: bn contiguous columns per program, K in bk tiles, split-K."""
-    return GemvTNKernel(spec, params, device)
-
+    description="Triton GEMV for W [k, n]: bn contiguous columns per program, K in bk tiles, "
+    "split-K.",
+)(GemvTNKernel)  # the kernel's class is its builder: built from (spec, params, device)
 
 FAMILIES: tuple[VariantFamily, ...] = (GEMV_TN,)

@@ -247,7 +247,7 @@ class SplitKGemv:
             raise
 
 
-@common.triton_family(
+GEMV_SPLITK: VariantFamily = common.triton_family(
     name=NAME,
     ops=common.MATMUL_OPS,
     supports=_supports,
@@ -265,12 +265,8 @@ class SplitKGemv:
         "w": (8,),
     },
     dtypes=("f32", "f16", "bf16"),
-)
-def GEMV_SPLITK(  # noqa: N802 - the family is a module constant
-    spec: MatmulSpec, params: Mapping[str, Any], device: DeviceInfo
-) -> SplitKGemv:
-    """Split-K Triton GEMV: BLOCK_N rows × one K slice per program, slices summed in fp32."""
-    return SplitKGemv(spec, params, device)
-
+    description="Split-K Triton GEMV: BLOCK_N rows × one K slice per program, slices summed "
+    "in fp32.",
+)(SplitKGemv)  # the kernel's class is its builder: built from (spec, params, device)
 
 FAMILIES: tuple[VariantFamily, ...] = (GEMV_SPLITK,)
