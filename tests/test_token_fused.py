@@ -245,11 +245,13 @@ def test_a_tables_tiles_reach_the_decode_kernels_and_the_rest_keep_their_own() -
         # Tiles measured in a whole token on an H100 serve every card ...
         ("NVIDIA H100 80GB HBM3", 151936, 896, False, (4, 512, 4)),
         ("NVIDIA H100 80GB HBM3", 896, 4864, True, (1, 1024, 8)),
+        ("NVIDIA H100 80GB HBM3", 1152, 896, False, (4, 512, 4)),
         ("", 896, 4864, True, (1, 1024, 8)),
         # ... but where an H200's own token chose otherwise.
         ("NVIDIA H200", 151936, 896, False, (4, 512, 2)),
         ("NVIDIA H200", 896, 4864, True, (1, 1024, 4)),
-        ("NVIDIA H200", 1152, 896, False, (4, 512, 4)),
+        ("NVIDIA H200", 1152, 896, False, (4, 1024, 4)),
+        ("NVIDIA H200", 4864, 896, False, (2, 1024, 4)),
         # A shape measured nowhere takes the rule on any card.
         ("NVIDIA H200", 128256, 2048, False, (2, 1024, 4)),
     ],
