@@ -178,7 +178,7 @@ def _judge_killed_after(steps: str) -> int:
 import multiprocessing, sys, time
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from matprobe.run import processes
-from test_processes import _up_then_sleep
+from test_processes import _leave_an_orphan, _up_then_sleep
 {steps}
 time.sleep(120)
 """
@@ -223,6 +223,25 @@ def test_a_judge_killed_with_sigkill_leaves_no_plugin_describer_behind() -> None
     )
     try:
         assert _gone(pid), f"the describer is still there ({process_tree.stat_fields(pid)[0]})"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="children fork from a server on Linux")
+def test_a_judge_killed_with_sigkill_leaves_no_orphan_the_server_adopted() -> None:
+    """A plugin's helper that left its worker is the server's (a subreaper); when the
+    server ended with the judge it went on under init. The server kills what is
+    left below it as it exits."""
+    pid = _judge_killed_after(
+        "mine, theirs = multiprocessing.Pipe()\n"
+        "child = processes.start(_leave_an_orphan, (theirs, ''))\n"
+        "orphan = mine.recv()\n"
+        "assert mine.recv() == 'orphaned'\n"
+        "print(orphan, flush=True)"
+    )
+    try:
+        assert _gone(pid), f"the orphan is still there ({process_tree.stat_fields(pid)[0]})"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

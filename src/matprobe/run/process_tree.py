@@ -16,6 +16,7 @@ Elsewhere (no ``/proc``, no ``prctl``) only the process and its group are found.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import os
@@ -190,7 +191,16 @@ def _imported_by_the_fork_server() -> bool:
     return False
 
 
+def _end_what_is_left_below() -> None:
+    """SIGKILL to every process below this one (the fork server, as it exits once the
+    judge has gone): its forks die with it on their own, but the orphans it adopted
+    — a plugin's helpers that left their worker — would go on under init."""
+    if hasattr(signal, "SIGKILL"):
+        signal_all(descendants(os.getpid()), signal.SIGKILL)
+
+
 if _imported_by_the_fork_server() and become_subreaper():
     # The server reaps every child, its adopted orphans too, and warns of each of
     # those it did not fork: a plugin's helper ending is no news for the user.
     warnings.filterwarnings("ignore", message="forkserver: waitpid returned unexpected pid")
+    atexit.register(_end_what_is_left_below)
