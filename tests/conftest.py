@@ -148,3 +148,21 @@ def python_c(
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
+
+
+def process_ends(pid: int, seconds: float = 30) -> bool:
+    """Whether process ``pid`` ends within ``seconds``: gone, or a zombie awaiting
+    whoever adopted it (reading ``/proc``: Linux)."""
+    import time
+
+    from matprobe.run.process_tree import stat_fields
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if stat_fields(pid)[0] == "Z":
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.01)
+    return False

@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("torch", reason="the harness needs torch (CPU build is enough)")
 
 import fake_variants
+from conftest import process_ends
 from matprobe.cli import main
 from matprobe.kernels.catalogue import shipped_registry
 from matprobe.measure.variants import SHIPPED_FACTORY, registry_with_plugins
@@ -438,7 +439,6 @@ def test_what_a_plugin_starts_in_the_describing_process_waits_between_questions(
     3f0c18f). Now they run only while that process answers a question, and the
     helper is killed with it."""
     import gc
-    import time
 
     from matprobe.measure.device import DeviceInfo
     from matprobe.run.plugin_process import PluginProcess
@@ -458,16 +458,7 @@ def test_what_a_plugin_starts_in_the_describing_process_waits_between_questions(
     del process
     gc.collect()
     assert child.wait(timeout=10) == 0
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:  # killed, then reaped by whoever adopted it
-        try:
-            if stat_fields(helper)[0] == "Z":
-                break
-        except FileNotFoundError:
-            break
-        time.sleep(0.01)
-    else:
-        raise AssertionError(f"the helper still runs ({stat_fields(helper)[0]})")
+    assert process_ends(helper, 2), f"the helper still runs ({stat_fields(helper)[0]})"
 
 
 #: A plugin that, on import, forks a helper that leaves the session and then its
@@ -505,7 +496,6 @@ def test_a_helper_a_plugin_orphans_in_the_describing_process_waits_and_ends_with
     import gc
     import os
     import signal
-    import time
 
     from matprobe.run.plugin_process import PluginProcess
     from matprobe.run.process_tree import parent_of, stat_fields
@@ -519,16 +509,7 @@ def test_a_helper_a_plugin_orphans_in_the_describing_process_waits_and_ends_with
         del process
         gc.collect()
         assert child.wait(timeout=10) == 0
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # killed, then reaped by whoever adopted it
-            try:
-                if stat_fields(orphan)[0] == "Z":
-                    break
-            except FileNotFoundError:
-                break
-            time.sleep(0.01)
-        else:
-            raise AssertionError(f"the orphan still runs ({stat_fields(orphan)[0]})")
+        assert process_ends(orphan, 5), f"the orphan still runs ({stat_fields(orphan)[0]})"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(orphan, signal.SIGKILL)

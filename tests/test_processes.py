@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import python_c
+from conftest import process_ends, python_c
 from matprobe.run import process_tree, processes
 
 
@@ -157,23 +157,21 @@ def _up_then_sleep(conn: Connection) -> None:
     time.sleep(120)
 
 
-def _gone(pid: int, seconds: float = 30) -> bool:
-    """Whether ``pid`` ends (gone, or a zombie awaiting its reaper) within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if process_tree.stat_fields(pid)[0] == "Z":
-                return True
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        time.sleep(0.05)
-    return False
+def _ends_with_its_judge(what: str, steps: str) -> None:
+    """The process a fresh interpreter (the judge) prints the pid of after ``steps``,
+    stopped with SIGSTOP as the witness and the describer stop theirs, ends once
+    that interpreter is killed with SIGKILL, as a time limit or the OOM killer kills."""
+    pid = _judge_killed_after(steps)
+    try:
+        assert process_ends(pid), f"{what} is still there ({process_tree.stat_fields(pid)[0]})"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _judge_killed_after(steps: str) -> int:
-    """The pid a fresh interpreter prints after ``steps`` (a process it started),
-    stopped with SIGSTOP, as the witness and the describer stop theirs; then that
-    interpreter killed with SIGKILL, as a time limit or the OOM killer kills."""
+    """The pid a fresh interpreter prints after ``steps``, stopped; the interpreter
+    then killed with SIGKILL."""
     code = f"""
 import multiprocessing, sys, time
 sys.path.insert(0, {str(Path(__file__).parent)!r})
@@ -199,33 +197,25 @@ def test_a_judge_killed_with_sigkill_leaves_no_fork_behind_even_a_stopped_one() 
     with SIGKILL left it stopped for ever (with its memory and, on a card, its
     context and what it queued: seen after a killed test run on an H200). The
     server ends at the end of the judge's pipe, and its forks die with it."""
-    pid = _judge_killed_after(
+    _ends_with_its_judge(
+        "the fork",
         "mine, theirs = multiprocessing.Pipe()\n"
         "child = processes.start(_up_then_sleep, (theirs,))\n"
         "assert mine.recv() == 'up'\n"
-        "print(child.pid, flush=True)"
+        "print(child.pid, flush=True)",
     )
-    try:
-        assert _gone(pid), f"the fork is still there ({process_tree.stat_fields(pid)[0]})"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl, SIGSTOP")
 def test_a_judge_killed_with_sigkill_leaves_no_plugin_describer_behind() -> None:
     """The process that imports the plugins is stopped between questions: a judge
     killed with SIGKILL left it stopped for ever. It dies with the judge now."""
-    pid = _judge_killed_after(
+    _ends_with_its_judge(
+        "the describer",
         "from matprobe.run.plugin_process import PluginProcess\n"
         "describer = PluginProcess(['fake_variants'])\n"
-        "print(describer._child.pid, flush=True)"
+        "print(describer._child.pid, flush=True)",
     )
-    try:
-        assert _gone(pid), f"the describer is still there ({process_tree.stat_fields(pid)[0]})"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.skipif(platform.system() != "Linux", reason="children fork from a server on Linux")
@@ -233,15 +223,11 @@ def test_a_judge_killed_with_sigkill_leaves_no_orphan_the_server_adopted() -> No
     """A plugin's helper that left its worker is the server's (a subreaper); when the
     server ended with the judge it went on under init. The server kills what is
     left below it as it exits."""
-    pid = _judge_killed_after(
+    _ends_with_its_judge(
+        "the orphan",
         "mine, theirs = multiprocessing.Pipe()\n"
         "child = processes.start(_leave_an_orphan, (theirs, ''))\n"
         "orphan = mine.recv()\n"
         "assert mine.recv() == 'orphaned'\n"
-        "print(orphan, flush=True)"
+        "print(orphan, flush=True)",
     )
-    try:
-        assert _gone(pid), f"the orphan is still there ({process_tree.stat_fields(pid)[0]})"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
