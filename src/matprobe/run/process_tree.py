@@ -144,36 +144,36 @@ def signal_group(pid: int, signum: int) -> None:
             os.killpg(pid, signum)
 
 
+def _prctl(option: int, value: int) -> bool:
+    """``prctl(option, value)`` on this process (Linux); whether it took."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(option, value, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
 def become_subreaper() -> bool:
     """Make this process the one its descendants' orphans are handed to (Linux);
     whether that took."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def die_with_parent(parent: int) -> None:
-    """SIGKILL to this process once ``parent``, the process that started it, ends
-    (Linux; elsewhere nothing) — ends it now if ``parent`` already has. A process
-    the judge stops while it times (a plugin's describer between questions, a
-    witness's plugin process) would otherwise stay stopped for ever when the judge
+def die_with_parent(parent: int | None = None) -> None:
+    """SIGKILL to this process once its parent ends (Linux; elsewhere nothing). A
+    process the judge stops while it times (a plugin's describer between questions,
+    a witness's plugin process) would otherwise stay stopped for ever when the judge
     is killed with SIGKILL: holding its memory and, on a card, its context with
-    whatever it queued. The kernel sends the signal when the *thread* that forked
-    this process ends, so the parent must start it from a thread that outlives it
-    (its main thread; the fork server's only one). A plugin running in this process
-    can undo it (it runs as the user): this is for a judge that dies, not a defence."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # it ended before the signal was asked for
+    whatever it queued. ``parent``, where the caller knows who started it: this
+    process ends now if that one already has (it was adopted before the signal was
+    asked for). The kernel sends the signal when the *thread* that forked this
+    process ends, so the parent must start it from a thread that outlives it (its
+    main thread; the fork server's only one). A plugin running in this process can
+    undo it (it runs as the user): this is for a judge that dies, not a defence."""
+    asked = _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if asked and parent is not None and os.getppid() != parent:
         os._exit(1)
 
 

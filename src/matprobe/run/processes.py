@@ -95,7 +95,7 @@ def _in_environment(
     # thread of the judge's that started it, which may end first.)
     if forked:
         _let_the_server_end_with_the_judge()
-        process_tree.die_with_parent(os.getppid())
+        process_tree.die_with_parent()  # its parent now: the server
     os.environ.clear()
     os.environ.update(environment)
     target(*args)
