@@ -1,0 +1,73 @@
+"""The mode-mix effect from inside ``matprobe token``'s process (issue 23,
+twenty-ninth session). Runs ``TokenBench.run`` with the modes given, then times
+every graph it built with plain CUDA events (4 replays back to back behind a
+1 ms lead, static input, median of 15), in the same process: if the plain
+clock reads what the token's rounds read, the process's state moved the
+figure; if it reads the figure of a lone graph, the rounds did.
+    PYTHONPATH=src python benchmarks/mode_mix_inside.py eager,layer+pdl OUT.json [ceiling]
+(``ceiling``: the read ceiling measured between the bench and its run, as the CLI does.)
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import torch
+
+from matprobe.profile.models import get_model
+from matprobe.token.bench import TokenBench
+from matprobe.token.modes import Mode, pdl_problem, select_modes, triton_problem
+from matprobe.token.timing import TokenCall
+
+
+def replay_us(call: TokenCall, times: int = 15, window: int = 4) -> float:
+    samples = []
+    for _ in range(times):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(2_000_000)  # type: ignore[no-untyped-call]
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()  # type: ignore[no-untyped-call]
+        for _ in range(window):
+            call()
+        end.record()  # type: ignore[no-untyped-call]
+        end.synchronize()  # type: ignore[no-untyped-call]
+        samples.append(start.elapsed_time(end) * 1000.0 / window)
+    return round(statistics.median(samples), 1)
+
+
+def main() -> None:
+    names = sys.argv[1].split(",")
+    bench = TokenBench(get_model("qwen2.5-0.5b"), context=128, dtype="f16", device="cuda")
+    built: dict[str, TokenCall] = {}
+    build = bench.build
+
+    def recording(mode: Mode) -> TokenCall:
+        built[mode.name] = build(mode)
+        return built[mode.name]
+
+    bench.build = recording  # type: ignore[method-assign]
+    selection = select_modes(
+        names, device_kind="cuda", have_table=False,
+        triton_problem=triton_problem("cuda"), pdl_problem=pdl_problem("cuda"),
+    )  # fmt: skip
+    read_gbps, ceiling = (None, "")
+    if len(sys.argv) > 3 and sys.argv[3] == "ceiling":  # as `matprobe token` does
+        from matprobe.token.floor import measure_read_ceiling
+
+        read_gbps, ceiling = measure_read_ceiling()
+    token = bench.run(selection, rounds=20, read_gbps=read_gbps, ceiling=ceiling)
+    rounds = {r.mode.name: round(statistics.median(r.samples_us), 1) for r in token.modes
+              if r.samples_us}  # fmt: skip
+    after = {name: replay_us(call) for name, call in built.items()}
+    row = {"modes": names, "token_rounds": rounds, "plain_after": after,
+           "card": torch.cuda.get_device_name()}  # fmt: skip
+    print(row, flush=True)
+    with open(sys.argv[2], "w") as out:
+        json.dump(row, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
