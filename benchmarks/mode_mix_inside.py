@@ -15,27 +15,12 @@ import statistics
 import sys
 
 import torch
+from mode_mix_probe import median_replay_us  # a sibling: this folder is sys.path[0]
 
 from matprobe.profile.models import get_model
 from matprobe.token.bench import TokenBench
 from matprobe.token.modes import Mode, pdl_problem, select_modes, triton_problem
 from matprobe.token.timing import TokenCall
-
-
-def replay_us(call: TokenCall, times: int = 15, window: int = 4) -> float:
-    samples = []
-    for _ in range(times):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(2_000_000)  # type: ignore[no-untyped-call]
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()  # type: ignore[no-untyped-call]
-        for _ in range(window):
-            call()
-        end.record()  # type: ignore[no-untyped-call]
-        end.synchronize()  # type: ignore[no-untyped-call]
-        samples.append(start.elapsed_time(end) * 1000.0 / window)
-    return round(statistics.median(samples), 1)
 
 
 def main() -> None:
@@ -61,7 +46,7 @@ def main() -> None:
     token = bench.run(selection, rounds=20, read_gbps=read_gbps, ceiling=ceiling)
     rounds = {r.mode.name: round(statistics.median(r.samples_us), 1) for r in token.modes
               if r.samples_us}  # fmt: skip
-    after = {name: replay_us(call) for name, call in built.items()}
+    after = {name: median_replay_us(call) for name, call in built.items()}
     row = {"modes": names, "token_rounds": rounds, "plain_after": after,
            "card": torch.cuda.get_device_name()}  # fmt: skip
     print(row, flush=True)

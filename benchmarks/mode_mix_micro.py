@@ -12,10 +12,10 @@ after the state is reached carries it, and whether plain torch kernels do.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 
 import torch
+from mode_mix_probe import median_replay_us  # a sibling: this folder is sys.path[0]
 
 from matprobe.profile.models import get_model
 from matprobe.token.bench import TokenBench
@@ -27,22 +27,6 @@ MODES = {
     "fast": ("eager", "eager-none", "compile-none", "layer+pdl"),
     "slow": ("eager", "layer+pdl"),
 }
-
-
-def replay_us(call: TokenCall, times: int = 15, window: int = 4) -> float:
-    samples = []
-    for _ in range(times):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(2_000_000)  # type: ignore[no-untyped-call]
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()  # type: ignore[no-untyped-call]
-        for _ in range(window):
-            call()
-        end.record()  # type: ignore[no-untyped-call]
-        end.synchronize()  # type: ignore[no-untyped-call]
-        samples.append(start.elapsed_time(end) * 1000.0 / window)
-    return round(statistics.median(samples), 1)
 
 
 def tiny_kernels(count: int = 1000) -> TokenCall:
@@ -72,10 +56,10 @@ def main() -> None:
         "state": state,
         "modes": MODES[state],
         "card": torch.cuda.get_device_name(),
-        "eager built before": replay_us(built["eager"]),
-        "layer+pdl built before": replay_us(built["layer+pdl"]),
-        "tiny kernels x1000, captured now": replay_us(tiny_kernels()),
-        "eager captured again now": replay_us(bench.build(eager)),
+        "eager built before": median_replay_us(built["eager"]),
+        "layer+pdl built before": median_replay_us(built["layer+pdl"]),
+        "tiny kernels x1000, captured now": median_replay_us(tiny_kernels()),
+        "eager captured again now": median_replay_us(bench.build(eager)),
     }
     print(row, flush=True)
     with open(sys.argv[2], "w") as out:

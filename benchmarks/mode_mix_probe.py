@@ -20,23 +20,23 @@ import torch
 from matprobe.profile.models import get_model
 from matprobe.token.bench import TokenBench
 from matprobe.token.modes import mode_named
-from matprobe.token.timing import TokenCall
+from matprobe.token.timing import TokenCall, _elapsed_us
 
 
 def replay_us(call: TokenCall, times: int = 15, window: int = 4) -> list[float]:
-    samples = []
-    for _ in range(times):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(2_000_000)  # type: ignore[no-untyped-call]
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()  # type: ignore[no-untyped-call]
+    """µs a replay of ``call``: ``times`` windows of ``window`` replays back to back,
+    each queued behind the token clock's 1 ms GPU sleep, between two CUDA events."""
+    device = torch.device("cuda")
+
+    def replays() -> None:
         for _ in range(window):
             call()
-        end.record()  # type: ignore[no-untyped-call]
-        end.synchronize()  # type: ignore[no-untyped-call]
-        samples.append(start.elapsed_time(end) * 1000.0 / window)
-    return samples
+
+    return [_elapsed_us(replays, device) / window for _ in range(times)]
+
+
+def median_replay_us(call: TokenCall) -> float:
+    return round(statistics.median(replay_us(call)), 1)
 
 
 def main() -> None:
