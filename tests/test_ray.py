@@ -215,3 +215,24 @@ def test_without_ray_installed_the_error_says_what_to_install(
     code, err = cli(tmp_path, capsys, "--ray", "auto", "--device", "cpu")
     assert code == 2 and err.count("\n") == 1, err
     assert "pip install 'matprobe[ray]'" in err
+
+
+def test_a_ray_runs_plugin_rows_are_said_not_to_be_judged_apart(
+    cluster: RayCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No witness runs beside a Ray cluster (its cards are another host's): a
+    plugin's passing rows stand on its own worker's word there, and the run says
+    so, on stderr and in the report (the dispatch export refuses such a winner:
+    ``dispatch.export._judged_apart``)."""
+    import json
+
+    out = tmp_path / "report"
+    code, err = cli(
+        tmp_path, capsys, "--ray", "auto", "--device", "cpu", "--plugin", "ray_plugin",
+        "--variants", "rayplugin.*", "torch.*", "--op", "matmul_bias_add", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    said = "not judged apart: 1 passing plugin row(s) stand on their own worker's word"
+    assert said in err and "a Ray cluster" in err
+    notes = json.loads((out / "report.json").read_text())["notes"]
+    assert any(said in note for note in notes), notes

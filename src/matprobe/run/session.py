@@ -53,7 +53,7 @@ from matprobe.run.selection import (
     one_spec_per_interpreted_family,
 )
 from matprobe.run.store import ResultStore, default_store_path
-from matprobe.run.witness import witness_outcome
+from matprobe.run.witness import not_witnessed_note, witness_outcome
 from matprobe.run.worker import Place, WorkerSet
 from matprobe.spec import MatmulSpec
 
@@ -366,8 +366,8 @@ class RunSession:
             workers=workers,
         )
         hold_to_reference(outcome, interleaved, store, device)
-        if self.plugins and cluster is None and device.kind in ("cpu", "cuda"):
-            notes += self._judge_apart(outcome, store, device, policy, interleaved)
+        if self.plugins:
+            notes += self._judge_apart(outcome, store, device, policy, interleaved, cluster)
         if target.local_cuda:
             # Each card's clock before its worker loaded it, as the worker read it.
             found = {f"cuda:{w.place.index}": w.clocks_before for w in workers}
@@ -390,17 +390,23 @@ class RunSession:
         device: DeviceInfo,
         policy: TimingPolicy,
         baselines: Mapping[str, Variant | None],
+        cluster: RayCluster | None,
     ) -> list[str]:
-        """The plugin rows that passed, witnessed (:mod:`~matprobe.run.witness`); the
-        report's note on it, said here too."""
-        said = witness_outcome(
-            outcome,
-            store,
-            factory=self.options.factory,
-            device=device,
-            policy=policy,
-            baselines=baselines,
-        )
+        """The plugin rows that passed, witnessed (:mod:`~matprobe.run.witness`) where a
+        process apart can be — this host's CPU or CUDA card — else said not to be;
+        the report's note on it, said here too."""
+        if cluster is not None or device.kind not in ("cpu", "cuda"):
+            where = "a Ray cluster" if cluster is not None else f"{device.kind} ({device.name})"
+            said = not_witnessed_note(outcome, where)
+        else:
+            said = witness_outcome(
+                outcome,
+                store,
+                factory=self.options.factory,
+                device=device,
+                policy=policy,
+                baselines=baselines,
+            )
         if said is None:
             return []
         print(f"matprobe: {said}", file=self.stream)

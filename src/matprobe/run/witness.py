@@ -46,7 +46,9 @@ caller). Such a kernel's claimed speed is still held to its honest speed; its
 wrong answers elsewhere are judged in its own worker, whose verdict it would
 have to forge — and then the row claims a time the witness bounds. Ray
 clusters and Apple's GPU are not witnessed (the card is another host's, or has
-no shared memory here).
+no shared memory here): the run's note says how many plugin rows stand on their
+own worker's word (:func:`not_witnessed_note`), and the dispatch export refuses
+them.
 """
 
 from __future__ import annotations
@@ -330,6 +332,28 @@ def witness_outcome(
         f"judged apart: {len(seen)} passing plugin row(s) re-run on problems posed, timed "
         f"and judged by a process that never imported a plugin ({calls} calls); "
         f"{len(seen) - len(changed)} stand, {len(changed)} made ERROR"
+    )
+
+
+def not_witnessed_note(outcome: RunOutcome, where: str) -> str | None:
+    """The report's note for a run whose plugin rows no witness could judge (``where``:
+    a Ray cluster, Apple's GPU): how many passed on their own worker's word; None
+    when none did. ``matprobe dispatch`` refuses to export them (``stood_apart``)."""
+    passed = sum(
+        1
+        for pair in outcome.plan.pairs
+        if pair.state in (PairState.RUN, PairState.CACHED)
+        and pair.variant.family.is_plugin
+        and (row := outcome.results.get((pair.spec.key(), pair.variant.id))) is not None
+        and row.status is Status.PASS
+    )
+    if not passed:
+        return None
+    return (
+        f"not judged apart: {passed} passing plugin row(s) stand on their own worker's "
+        f"word — on {where} no process apart re-times and judges them (only this host's "
+        "CPU or CUDA card has one), so a plugin could have forged its rows; matprobe "
+        "dispatch will not export them"
     )
 
 
