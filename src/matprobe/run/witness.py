@@ -291,6 +291,16 @@ def as_rows(
     return changed
 
 
+def plugin_pairs(outcome: RunOutcome) -> dict[tuple[str, str], tuple[MatmulSpec, Variant]]:
+    """The plugin pairs ``outcome`` holds a row of this run for (run or cached), by
+    (spec key, variant id): what a witness judges."""
+    return {
+        (pair.spec.key(), pair.variant.id): (pair.spec, pair.variant)
+        for pair in outcome.plan.pairs
+        if pair.state in (PairState.RUN, PairState.CACHED) and pair.variant.family.is_plugin
+    }
+
+
 def witness_outcome(
     outcome: RunOutcome,
     store: ResultStore,
@@ -304,11 +314,7 @@ def witness_outcome(
     the run's ``baselines``, by op): those that cannot stand made ERRORs (in
     ``outcome`` and ``store``); a note for the report (None: no plugin row to
     witness)."""
-    variants = {
-        (pair.spec.key(), pair.variant.id): (pair.spec, pair.variant)
-        for pair in outcome.plan.pairs
-        if pair.state in (PairState.RUN, PairState.CACHED) and pair.variant.family.is_plugin
-    }
+    variants = plugin_pairs(outcome)
     wanted = {key: row for key, row in outcome.results.items() if key in variants}
     seen = witness_plugin_rows(
         wanted, variants, factory=factory, device=device, policy=policy, baselines=baselines
@@ -341,11 +347,8 @@ def not_witnessed_note(outcome: RunOutcome, where: str) -> str | None:
     when none did. ``matprobe dispatch`` refuses to export them (``stood_apart``)."""
     passed = sum(
         1
-        for pair in outcome.plan.pairs
-        if pair.state in (PairState.RUN, PairState.CACHED)
-        and pair.variant.family.is_plugin
-        and (row := outcome.results.get((pair.spec.key(), pair.variant.id))) is not None
-        and row.status is Status.PASS
+        for key in plugin_pairs(outcome)
+        if (row := outcome.results.get(key)) is not None and row.status is Status.PASS
     )
     if not passed:
         return None
