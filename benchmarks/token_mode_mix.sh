@@ -4,6 +4,7 @@
 # compile modes, 2311 / 425 µs with eager alone beside it.) Each mix runs twice,
 # alternating, `matprobe token --model qwen2.5-0.5b --context 128 --rounds 20`;
 # the table lines go to $OUT/mix.txt, each run's JSON beside it.
+# (JSON names: "," and "+" made "_", which the device tool brings back.)
 #   OUT=/tmp/x bash benchmarks/token_mode_mix.sh
 set -u
 OUT=${OUT:-/tmp/mode_mix}
@@ -14,7 +15,7 @@ for pass in 1 2; do
   for mix in $MIXES; do
     echo "== pass $pass, modes $mix" >> "$OUT/mix.txt"
     PYTHONPATH=src timeout 150 python3 -m matprobe token --model qwen2.5-0.5b --context 128 \
-      --modes "$mix" --rounds 20 --json "$OUT/token-$pass-${mix//,/_}.json" 2>/dev/null \
+      --modes "$mix" --rounds 20 --json "$OUT/token-$pass-$(echo "$mix" | tr ",+" "__").json" 2>/dev/null \
       | grep -E "^(eager|compile|layer)" >> "$OUT/mix.txt"
   done
 done
