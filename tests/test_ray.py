@@ -222,9 +222,13 @@ def test_a_ray_runs_plugin_rows_are_said_not_to_be_judged_apart(
 ) -> None:
     """No witness runs beside a Ray cluster (its cards are another host's): a
     plugin's passing rows stand on its own worker's word there, and the run says
-    so, on stderr and in the report (the dispatch export refuses such a winner:
-    ``dispatch.export._judged_apart``)."""
+    so, on stderr and in the report, whose row is tagged and never crowned — also
+    when the stored run or its JSON is reported again (the dispatch export refuses
+    such a winner: ``dispatch.export._judged_apart``)."""
     import json
+
+    from matprobe.report.stored_report import load_report, report_from_json
+    from matprobe.run.store import ResultStore
 
     out = tmp_path / "report"
     code, err = cli(
@@ -234,5 +238,17 @@ def test_a_ray_runs_plugin_rows_are_said_not_to_be_judged_apart(
     assert code == 0, err
     said = "not judged apart: 1 passing plugin row(s) stand on their own worker's word"
     assert said in err and "a Ray cluster" in err
-    notes = json.loads((out / "report.json").read_text())["notes"]
-    assert any(said in note for note in notes), notes
+    data = json.loads((out / "report.json").read_text())
+    assert any(said in note for note in data["notes"]), data["notes"]
+    (spec,) = data["specs"]
+    tags = {r["family"]: r["tags"] for r in spec["results"]}
+    assert "not-judged-apart" in tags["rayplugin.exact"], tags
+    assert not any("not-judged-apart" in t for f, t in tags.items() if f != "rayplugin.exact")
+    assert spec["best"] is None  # the only one of "ours" stands on its own word
+    with ResultStore(tmp_path / "s.db", read_only=True) as store:
+        stored = load_report(store, data["run_id"])
+    for again in (stored, report_from_json(data)):
+        (section,) = again.sections
+        assert section.best_id is None
+        (row,) = [r for r in section.rows if r.result.family == "rayplugin.exact"]
+        assert "not-judged-apart" in row.tags and not row.ranked

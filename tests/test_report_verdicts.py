@@ -77,6 +77,7 @@ def report_of(
     peaks: Mapping[str, Any] | None = None,
     tokens: int | None = 10,
     device: DeviceInfo = CUDA,
+    unjudged: Collection[tuple[str, str]] = (),
 ) -> Report:
     pairs, results = [], {}
     for spec, spec_results in cases:
@@ -84,7 +85,7 @@ def report_of(
             pairs.append(PlannedPair(spec, variant_of(r.family), PairState.RUN))
             results[(spec.key(), r.variant_id)] = r
     plan = Plan(pairs)
-    outcome = RunOutcome(1, plan, results)
+    outcome = RunOutcome(1, plan, results, not_judged_apart=set(unjudged))
     baselines = dict.fromkeys(("matmul", "matmul_bias_add", "matmul_alpha_beta"), BASE)
     return build_report(
         plan,
@@ -169,6 +170,29 @@ def test_the_baseline_is_not_ours_even_when_not_a_peer() -> None:
     assert section.saving_us == pytest.approx(-1.0)  # slower: shown, never counted
     assert report.impact_ms() == 0.0
     assert "the baseline is at least as fast on 1" in words(render_terminal(report))
+
+
+@pytest.mark.parametrize("whose", [OURS2, BASE])
+def test_a_row_no_witness_judged_is_shown_but_neither_crowned_nor_compared_with(
+    whose: str,
+) -> None:
+    """On a Ray cluster a plugin's row stands on its own worker's word: a forged
+    2 µs is shown, tagged, and takes neither the crown from an honest row nor the
+    baseline's place (whose figure every ratio would be to)."""
+    spec = profiled(GEMV, count=24)
+    rows = [result(spec, BASE, 10.0), result(spec, OURS, 8.0), result(spec, OURS2, 2.0)]
+    if whose == BASE:
+        rows[0] = result(spec, BASE, 2.0)
+    report = report_of([(spec, rows)], unjudged={(spec.key(), f"{whose}/default")})
+    (section,) = report.sections
+    row = next(r for r in section.rows if r.result.family == whose)
+    assert "not-judged-apart" in row.tags and not row.ranked and "best-device" not in row.tags
+    assert section.best_id == f"{OURS2 if whose == BASE else OURS}/default"
+    if whose == BASE:
+        assert section.baseline_us is None and section.saving_us is None
+    else:
+        assert section.baseline_us == 10.0
+    assert "not-judged-apart" in render_terminal(report, None)
 
 
 # ---- the read ceiling ----------------------------------------------------------------

@@ -23,7 +23,14 @@ from matprobe.measure.timing import TimingPolicy, throttling
 from matprobe.measure.variants import Variant
 from matprobe.profile.per_token import per_token_weights
 from matprobe.report.cells import short_label
-from matprobe.report.model import CLOCKS_DISAGREE_TAG, Report, Row, SpecSection, pair_base_tag
+from matprobe.report.model import (
+    CLOCKS_DISAGREE_TAG,
+    NOT_JUDGED_APART_TAG,
+    Report,
+    Row,
+    SpecSection,
+    pair_base_tag,
+)
 from matprobe.run.runner import PairState, Plan, RunOutcome
 from matprobe.spec import MatmulSpec
 
@@ -102,6 +109,7 @@ def build_report(
         tokens=tokens,
         source=source,
         peers=peers,
+        unjudged=outcome.not_judged_apart,
     )
 
 
@@ -118,14 +126,23 @@ def assemble_report(
     tokens: int | None = None,
     source: str = "",
     peers: Collection[str] = (),
+    unjudged: Collection[tuple[str, str]] = (),
 ) -> Report:
     """A report from each spec's results (in the order given): what
-    :func:`build_report` makes of a run, and what a stored run is rebuilt into."""
+    :func:`build_report` makes of a run, and what a stored run is rebuilt into.
+    ``unjudged``: (spec key, variant id) of the plugin rows no witness judged
+    (tagged, never crowned nor the baseline)."""
+    apart = set(unjudged)
     per_token = per_token_weights([part.spec for part in parts], tokens)
     sections = [
         replace(
             _section(
-                part.spec, part.results, part.baseline, peaks, set(peers), device.kind == "cpu"
+                part.spec,
+                [(r, (r.spec_key, r.variant_id) in apart) for r in part.results],
+                part.baseline,
+                peaks,
+                set(peers),
+                device.kind == "cpu",
             ),
             unsupported=tuple(part.unsupported),
             calls_per_token=per_token.weight(part.spec),
@@ -152,7 +169,7 @@ def assemble_report(
 
 def _section(
     spec: MatmulSpec,
-    results: Sequence[PairResult],
+    results: Sequence[tuple[PairResult, bool]],
     target: str | None,
     peaks: Mapping[str, Any] | None,
     peers: Collection[str],
@@ -161,12 +178,14 @@ def _section(
     """One spec's rows, ranked and tagged; best and best peer picked apart.
     ``one_clock``: the device, hot and host clocks all time the same wall-clock
     call (the CPU), so a row whose clocks disagree is not ranked — nor is a
-    baseline whose clocks disagree a figure to compare with."""
+    baseline whose clocks disagree a figure to compare with. Each result comes with
+    whether it is a plugin's row no witness judged (such a row is neither)."""
     base = next(
         (
             r
-            for r in results
-            if r.status is Status.PASS
+            for r, unjudged in results
+            if not unjudged
+            and r.status is Status.PASS
             and _matches(target, r)
             and r.clocks.device
             and not (one_clock and clocks_disagree(r))
@@ -174,7 +193,9 @@ def _section(
         None,
     )
     base_us = base.clocks.device.median_us if base and base.clocks.device else None
-    rows = [_row(spec, r, base_us, peaks, target, peers, one_clock) for r in results]
+    rows = [
+        _row(spec, r, base_us, peaks, target, peers, one_clock, unjudged) for r, unjudged in results
+    ]
     rows.sort(key=_rank_key)
     best = next((r for r in rows if r.ranked and r.ours), None)
     best_peer = next((r for r in rows if r.ranked and r.peer and not r.is_baseline), None)
@@ -205,6 +226,7 @@ def _row(
     baseline_target: str | None,
     peers: Collection[str],
     one_clock: bool = False,
+    unjudged: bool = False,
 ) -> Row:
     clock = result.clocks.device
     device_us = clock.median_us if clock and result.status is Status.PASS else None
@@ -240,6 +262,8 @@ def _row(
         tags.append("noisy")
     if one_clock and clocks_disagree(result):
         tags.append(CLOCKS_DISAGREE_TAG)
+    if unjudged and result.status is Status.PASS:
+        tags.append(NOT_JUDGED_APART_TAG)
     pair = result.clocks.vs_baseline
     pair_base_us = None
     if pair and base_us and abs(pair.baseline_us / base_us - 1.0) > PAIR_BASE_GAP:

@@ -63,8 +63,9 @@ class Row:
 
     @property
     def ranked(self) -> bool:
-        """Timed, and its clocks agree: only such a row can be crowned."""
-        return self.timed and CLOCKS_DISAGREE_TAG not in self.tags
+        """Timed, its clocks agree and, a plugin's, judged apart: only such a row
+        can be crowned."""
+        return self.timed and not {CLOCKS_DISAGREE_TAG, NOT_JUDGED_APART_TAG} & set(self.tags)
 
     @property
     def exceeds_read_ceiling(self) -> bool:
@@ -232,3 +233,6 @@ def pair_base_tag(baseline_us: float) -> str:
 
 #: The tag of a row whose clocks time one call differently (:func:`clocks_disagree`).
 CLOCKS_DISAGREE_TAG = "clocks-disagree"
+#: The tag of a plugin's passing row no process apart re-timed and judged (a Ray
+#: cluster, Apple's GPU): it stands on its own worker's word, so it is never crowned.
+NOT_JUDGED_APART_TAG = "not-judged-apart"

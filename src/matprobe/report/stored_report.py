@@ -30,7 +30,7 @@ from matprobe.measure.device import DeviceInfo
 from matprobe.measure.results import PairResult
 from matprobe.measure.timing import TimingPolicy
 from matprobe.report.build import SpecResults, assemble_report
-from matprobe.report.model import Report
+from matprobe.report.model import NOT_JUDGED_APART_TAG, Report
 from matprobe.run.store import ResultKey, ResultStore, RunRecord
 from matprobe.spec import MatmulSpec
 
@@ -67,6 +67,7 @@ def report_record(report: Report) -> dict[str, Any]:
         "source": report.source,
         "notes": list(report.notes),
         "peers": peers,
+        "not_judged_apart": unjudged_of(report),
         "specs": [
             {
                 "spec": section.spec.to_dict(),
@@ -79,6 +80,24 @@ def report_record(report: Report) -> dict[str, Any]:
             for section in report.sections
         ],
     }
+
+
+def unjudged_of(report: Report) -> list[list[str]]:
+    """[spec key, variant id] of every row tagged not judged apart: what a rebuilt
+    report tags again (the tag is never taken from the row a record names)."""
+    return [
+        [row.result.spec_key, row.result.variant_id]
+        for section in report.sections
+        for row in section.rows
+        if NOT_JUDGED_APART_TAG in row.tags
+    ]
+
+
+def _pairs(entries: Any) -> set[tuple[str, str]]:
+    """(spec key, variant id) pairs from a stored list of two-item lists."""
+    if not isinstance(entries, list):
+        return set()
+    return {(str(e[0]), str(e[1])) for e in entries if isinstance(e, list) and len(e) == 2}
 
 
 def save_report(db: str | Path, report: Report) -> None:
@@ -112,14 +131,21 @@ def report_from_json(data: Mapping[str, Any]) -> Report:
     """A report from its JSON export (``report.json``, ``run --json``), which holds every
     result with its raw samples, the specs with their provenance and the run's notes."""
     try:
-        parts, peers = [], set()
+        parts, peers, unjudged = [], set(), set()
         for entry in data["specs"]:
             results = [PairResult.from_dict(r) for r in entry["results"]]
             peers |= {str(r["family"]) for r in entry["results"] if r.get("peer")}
+            unjudged |= {
+                (r.spec_key, r.variant_id)
+                for r, raw in zip(results, entry["results"], strict=True)
+                if NOT_JUDGED_APART_TAG in raw.get("tags", ())
+            }
             unsupported = [(str(u["variant"]), str(u["reason"])) for u in entry["unsupported"]]
             spec = MatmulSpec.from_dict(entry["spec"])
             parts.append(SpecResults(spec, results, unsupported, entry.get("baseline")))
-        report = assemble_report(parts, run_id=int(data["run_id"]), **_run_of(data), peers=peers)
+        report = assemble_report(
+            parts, run_id=int(data["run_id"]), **_run_of(data), peers=peers, unjudged=unjudged
+        )
         report.notes = [str(note) for note in data.get("notes", ())]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise MatprobeError(f"not a matprobe report in JSON ({exc!r})") from None
@@ -183,6 +209,7 @@ def _from_record(
             **_run_of(record),
             source=str(record.get("source", "")),
             peers=record.get("peers", ()),
+            unjudged=_pairs(record.get("not_judged_apart")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise MatprobeError(
@@ -227,6 +254,7 @@ def _from_results(
         peaks=env.get("peaks"),
         source=str(env.get("source", "")),
         peers=known_peers,
+        unjudged=_pairs(env.get("not_judged_apart")),
     )
     report.notes.append(
         "rebuilt from the results this run measured (it kept no report): pairs it took "

@@ -214,6 +214,9 @@ class RunOutcome:
     #: each card's bandwidth ceilings, measured by its worker as it started (a run
     #: on this host's CUDA cards), by label ("cuda:1")
     card_peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: (spec key, variant id) of the plugin rows that passed where no witness could
+    #: judge them (a Ray cluster, Apple's GPU): reported, never crowned
+    not_judged_apart: set[tuple[str, str]] = field(default_factory=set)
 
 
 #: Pairs of one family claimed (and handed to a card's worker) at a time when

@@ -53,7 +53,7 @@ from matprobe.run.selection import (
     one_spec_per_interpreted_family,
 )
 from matprobe.run.store import ResultStore, default_store_path
-from matprobe.run.witness import not_witnessed_note, witness_outcome
+from matprobe.run.witness import not_witnessed, witness_outcome
 from matprobe.run.worker import Place, WorkerSet
 from matprobe.spec import MatmulSpec
 
@@ -397,7 +397,7 @@ class RunSession:
         the report's note on it, said here too."""
         if cluster is not None or device.kind not in ("cpu", "cuda"):
             where = "a Ray cluster" if cluster is not None else f"{device.kind} ({device.name})"
-            said = not_witnessed_note(outcome, where)
+            said = not_witnessed(outcome, store, where)
         else:
             said = witness_outcome(
                 outcome,

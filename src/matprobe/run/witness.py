@@ -47,7 +47,7 @@ wrong answers elsewhere are judged in its own worker, whose verdict it would
 have to forge — and then the row claims a time the witness bounds. Ray
 clusters and Apple's GPU are not witnessed (the card is another host's, or has
 no shared memory here): the run's note says how many plugin rows stand on their
-own worker's word (:func:`not_witnessed_note`), and the dispatch export refuses
+own worker's word (:func:`not_witnessed`), and the dispatch export refuses
 them.
 """
 
@@ -341,22 +341,26 @@ def witness_outcome(
     )
 
 
-def not_witnessed_note(outcome: RunOutcome, where: str) -> str | None:
-    """The report's note for a run whose plugin rows no witness could judge (``where``:
-    a Ray cluster, Apple's GPU): how many passed on their own worker's word; None
-    when none did. ``matprobe dispatch`` refuses to export them (``stood_apart``)."""
-    passed = sum(
-        1
+def not_witnessed(outcome: RunOutcome, store: ResultStore, where: str) -> str | None:
+    """For a run whose plugin rows no witness could judge (``where``: a Ray cluster,
+    Apple's GPU): the rows that passed on their own worker's word, marked so in
+    ``outcome`` and with the run in ``store`` (the report tags them and crowns none;
+    ``matprobe dispatch`` refuses to export them: ``stood_apart``); the report's
+    note on them, None when none passed."""
+    passed = sorted(
+        key
         for key in plugin_pairs(outcome)
         if (row := outcome.results.get(key)) is not None and row.status is Status.PASS
     )
     if not passed:
         return None
+    outcome.not_judged_apart.update(passed)
+    store.add_to_run(outcome.run_id, {"not_judged_apart": [list(key) for key in passed]})
     return (
-        f"not judged apart: {passed} passing plugin row(s) stand on their own worker's "
-        f"word — on {where} no process apart re-times and judges them (only this host's "
-        "CPU or CUDA card has one), so a plugin could have forged its rows; matprobe "
-        "dispatch will not export them"
+        f"not judged apart: {len(passed)} passing plugin row(s) stand on their own "
+        f"worker's word — on {where} no process apart re-times and judges them (only "
+        "this host's CPU or CUDA card has one), so a plugin could have forged its rows; "
+        "their rows say so, none is crowned, and matprobe dispatch will not export them"
     )
 
 
