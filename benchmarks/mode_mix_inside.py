@@ -38,12 +38,11 @@ def main() -> None:
         names, device_kind="cuda", have_table=False,
         triton_problem=triton_problem("cuda"), pdl_problem=pdl_problem("cuda"),
     )  # fmt: skip
-    read_gbps, ceiling = (None, "")
-    if len(sys.argv) > 3 and sys.argv[3] == "ceiling":  # as `matprobe token` does
-        from matprobe.token.floor import measure_read_ceiling
+    if len(sys.argv) > 3 and sys.argv[3] == "ceiling":  # as `matprobe token` did until
+        from matprobe.token.floor import measure_read_ceiling  # the thirtieth session
 
-        read_gbps, ceiling = measure_read_ceiling()
-    token = bench.run(selection, rounds=20, read_gbps=read_gbps, ceiling=ceiling)
+        measure_read_ceiling()
+    token = bench.run(selection, rounds=20)
     rounds = {r.mode.name: round(statistics.median(r.samples_us), 1) for r in token.modes
               if r.samples_us}  # fmt: skip
     after = {name: median_replay_us(call) for name, call in built.items()}

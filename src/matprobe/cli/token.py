@@ -389,10 +389,8 @@ def _measure(
         config, context=args.context, dtype=args.dtype, device=device, seed=args.seed,
         linears=linears, progress=_progress, tiles=tiles, apart=apart,
     )  # fmt: skip
-    read_gbps, ceiling = (None, "")
-    if device == "cuda":
-        read_gbps, ceiling = measure_read_ceiling()
-    token = bench.run(selection, rounds=args.rounds, read_gbps=read_gbps, ceiling=ceiling)
+    ceiling = measure_read_ceiling if device == "cuda" else None
+    token = bench.run(selection, rounds=args.rounds, read_ceiling=ceiling)
 
     shares = {r.mode.name: r.share_us for r in token.modes}
     checks = check_predictions(predicted, shares)

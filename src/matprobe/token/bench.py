@@ -303,11 +303,15 @@ class TokenBench:
         selection: ModeSelection,
         *,
         rounds: int,
-        read_gbps: float | None = None,
-        ceiling: str = "",
+        read_ceiling: Callable[[], tuple[float, str]] | None = None,
     ) -> TokenResult:
         """Validate every mode, time those that passed in interleaved rounds (every
-        timed replay judged on a fresh input), and report them."""
+        timed replay judged on a fresh input), and report them. ``read_ceiling``
+        (GB/s and how it was reached; :func:`~matprobe.token.floor.measure_read_ceiling`)
+        is measured once every mode is timed: measured before the modes were
+        captured, its kernels left the graphs captured next in another state than
+        a graph an engine captures (eager 1940 against 2300 µs on an H200,
+        layer+pdl 440 against 429; BENCHMARKS.md, thirtieth session)."""
         if not selection.modes or selection.modes[0].name != BASELINE:
             raise MatprobeError(f"the modes must start with the baseline, {BASELINE}")
         k_max = max(spec.k or 0 for spec in self.specs.values())
@@ -320,6 +324,7 @@ class TokenBench:
         }
         samples = self._timed_rounds(results, calls, tolerances, rounds, k_max)
         self._count_kernels(results, built, samples)
+        read_gbps, ceiling = read_ceiling() if read_ceiling is not None else (None, "")
         for result in results:
             result.samples_us = samples.get(result.mode.name, [])
             rest = result.mode.rest

@@ -2,7 +2,7 @@
 
 A decode token reads every weight once (matrices, biases, norm gains) and the
 whole KV cache of its context; nothing else it touches is of that size. At the
-device's streaming-read ceiling — measured at the start of the run by
+device's streaming-read ceiling — measured in the run, after its timed rounds, by
 :func:`matprobe.measure.peaks.measure_peaks_cuda`, the same kernel ``matprobe
 run`` measures with — those bytes take ``floor_us``: no token can be faster, and
 ``% floor`` says how close a mode comes (DESIGN.md §7: ≈ 988 MB, ≈ 330 µs for
@@ -80,6 +80,7 @@ def measure_read_ceiling() -> tuple[float, str]:
     peaks = measure_peaks_cuda()
     label = (
         f"streaming read {float(peaks['read_gbps']):.0f} GB/s ({peaks['read_config']}, "
-        f"{float(peaks['size_bytes']) / 2**20:.0f} MiB buffer), measured at the start of this run"
+        f"{float(peaks['size_bytes']) / 2**20:.0f} MiB buffer), measured after this run's "
+        "rounds"
     )
     return float(peaks["read_gbps"]), label
